@@ -1,0 +1,40 @@
+"""c2graph: DeepSeek-V4.1's ratio-2 KV compressor, CUDA graphs, and a fused Triton kernel.
+
+Importing the package decides how Triton runs: compiled on a CUDA machine, interpreted
+(``TRITON_INTERPRET=1``, set before Triton is imported) everywhere else.
+"""
+
+from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  # noqa: I001  (first)
+from .batch import ExtendBatch, Request
+from .config import Config
+from .extend_offsets import build_extend_offsets, check_extend_offsets
+from .pools import Pools
+from .req_to_token import ReqToTokenPool
+from .ring import new_ring, ring_row
+from .source_layer import SourceLayer, project, project_fused, split_projected
+from .torch_path import compress_torch
+
+__all__ = [
+    "DEFAULT_DEVICE",
+    "HAS_CUDA",
+    "INTERPRET",
+    "Config",
+    "ExtendBatch",
+    "Pools",
+    "ReqToTokenPool",
+    "Request",
+    "SourceLayer",
+    "banner",
+    "build_extend_offsets",
+    "check_extend_offsets",
+    "compress_torch",
+    "environment",
+    "new_ring",
+    "project",
+    "project_fused",
+    "ring_row",
+    "split_projected",
+]
+
+print(banner())
+__version__ = "0.1.0"

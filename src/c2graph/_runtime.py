@@ -1,0 +1,44 @@
+"""Which machine this is, and how Triton will run on it.
+
+Imported first by ``c2graph/__init__.py``: on a machine without CUDA it sets
+``TRITON_INTERPRET=1`` *before* anything imports Triton, so the same kernels run in
+Triton's interpreter (numpy, one program after another) instead of being compiled.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+HAS_CUDA: bool = torch.cuda.is_available()
+
+if not HAS_CUDA and "triton" not in sys.modules:
+    os.environ["TRITON_INTERPRET"] = "1"
+
+INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+import triton  # noqa: E402  (must come after TRITON_INTERPRET is decided)
+
+DEFAULT_DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
+
+
+def environment() -> dict[str, str]:
+    """Versions, the device, and whether Triton runs compiled or interpreted."""
+    import platform
+
+    device = torch.cuda.get_device_name(0) if HAS_CUDA else f"CPU ({platform.machine()})"
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "device": device,
+        "triton mode": "interpreted (TRITON_INTERPRET=1)" if INTERPRET else "compiled",
+        "graphs": "CUDA graphs" if HAS_CUDA else "CPU emulation of CUDA graphs",
+    }
+
+
+def banner() -> str:
+    env = environment()
+    return f"c2graph: {env['device']}; Triton {env['triton mode']}; {env['graphs']}"

@@ -1,0 +1,57 @@
+"""Dimensions of one ratio-2 source layer (SPEC §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Config:
+    """Sizes and constants of the c2 compressor.
+
+    ``D`` is the latent width (``D_nope + rope_dim``), ``index_dim`` the index-key width.
+    RoPE rotates the last ``rope_dim`` dims of both the latent and the index key.
+    """
+
+    hidden: int
+    D: int
+    rope_dim: int
+    index_dim: int
+    page_size: int
+    ring_size: int = 2
+    eps: float = 1e-6
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        for name in ("hidden", "D", "rope_dim", "index_dim", "page_size", "ring_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"Config.{name} = {value!r}; expected a positive int")
+        if self.rope_dim % 2 or self.rope_dim > min(self.D, self.index_dim):
+            raise ValueError(
+                f"Config.rope_dim = {self.rope_dim}; expected an even number <= D ({self.D}) "
+                f"and <= index_dim ({self.index_dim})"
+            )
+        if self.page_size % 2:
+            raise ValueError(
+                f"Config.page_size = {self.page_size}; expected an even number, so the two "
+                "tokens of a group share a page and one c2 slot"
+            )
+        if self.ring_size < 2:
+            raise ValueError(f"Config.ring_size = {self.ring_size}; expected >= 2")
+
+    @property
+    def D_nope(self) -> int:
+        return self.D - self.rope_dim
+
+    @classmethod
+    def tiny(cls, **overrides) -> "Config":
+        """CPU-sized: every notebook runs in seconds with it."""
+        return replace(cls(hidden=64, D=32, rope_dim=8, index_dim=16, page_size=16), **overrides)
+
+    @classmethod
+    def dsv41(cls, **overrides) -> "Config":
+        """DeepSeek-V4.1's c2 source layer: D = 448 nope + 64 rope, index key 128."""
+        return replace(
+            cls(hidden=5120, D=512, rope_dim=64, index_dim=128, page_size=256), **overrides
+        )

@@ -1,0 +1,65 @@
+"""The caches a source layer writes, and its ring (SPEC §2-4)."""
+
+from __future__ import annotations
+
+import torch
+
+from ._runtime import DEFAULT_DEVICE
+from .config import Config
+from .ring import new_ring
+
+
+class Pools:
+    """Everything a batch writes.
+
+    - ``kv_cache``: ``[kv_slots, D]`` bf16, the compressed latent (after RoPE) at each c2 slot
+    - ``index_k``: ``[kv_slots, index_dim]`` bf16, the index key at each c2 slot
+    - ``ring``: ``[pool_requests * ring_size + 1, 2D]`` fp32 (see :mod:`c2graph.ring`)
+
+    The engine quantizes both caches (fp8 / fp4); this package stores bf16 so that every
+    value can be compared with a reference. c2 slot 0 belongs to the reserved page.
+    """
+
+    def __init__(self, cfg: Config, pool_requests: int, kv_slots: int, device=None):
+        if not isinstance(pool_requests, int) or pool_requests <= 0:
+            raise ValueError(f"pool_requests = {pool_requests!r}; expected a positive int")
+        if not isinstance(kv_slots, int) or kv_slots <= 1:
+            raise ValueError(f"kv_slots = {kv_slots!r}; expected an int > 1 (slot 0 is reserved)")
+        self.cfg = cfg
+        self.pool_requests = pool_requests
+        self.kv_slots = kv_slots
+        device = torch.device(device) if device is not None else DEFAULT_DEVICE
+        self.kv_cache = torch.zeros(kv_slots, cfg.D, dtype=torch.bfloat16, device=device)
+        self.index_k = torch.zeros(kv_slots, cfg.index_dim, dtype=torch.bfloat16, device=device)
+        self.ring = new_ring(pool_requests, cfg.ring_size, cfg.D, device)
+
+    @property
+    def device(self) -> torch.device:
+        return self.kv_cache.device
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {"kv_cache": self.kv_cache, "index_k": self.index_k, "ring": self.ring}
+
+    def clone(self) -> "Pools":
+        """A deep copy (same sizes, same contents)."""
+        other = object.__new__(Pools)
+        other.__dict__.update(self.__dict__)
+        for name, t in self.tensors().items():
+            setattr(other, name, t.clone())
+        return other
+
+    def poison(self, value: float = 123.0) -> "Pools":
+        """Fill both caches and every non-sentinel ring row with ``value``, in place.
+
+        After a batch, a slot that still holds the poison was not written.
+        """
+        self.kv_cache.fill_(value)
+        self.index_k.fill_(value)
+        self.ring[:-1].fill_(value)
+        return self
+
+    def __repr__(self) -> str:
+        return (
+            f"Pools(pool_requests={self.pool_requests}, kv_slots={self.kv_slots}, "
+            f"ring rows={self.ring.shape[0]}, device={self.device.type})"
+        )

@@ -1,0 +1,105 @@
+"""A ratio-2 source layer: seeded weights and the source projection (SPEC §3, step 1)."""
+
+from __future__ import annotations
+
+import torch
+
+from ._runtime import DEFAULT_DEVICE
+from .config import Config
+
+
+def rope_inv_freq(cfg: Config, device=None) -> torch.Tensor:
+    """``theta ** (-2i / rope_dim)`` for ``0 <= i < rope_dim / 2``: ``[rope_dim // 2]`` fp32."""
+    i2 = torch.arange(0, cfg.rope_dim, 2, dtype=torch.float32, device=device)
+    return torch.pow(torch.tensor(cfg.rope_theta, dtype=torch.float32, device=device), -i2 / cfg.rope_dim)
+
+
+class SourceLayer:
+    """Weights of one c2 source layer. No checkpoint: seeded random tensors.
+
+    - ``wkv``, ``wgate``: ``[D, hidden]`` bf16 (kv and per-channel score projections)
+    - ``wkv_gate``: ``[2D, hidden]`` bf16, ``cat(wkv, wgate)``, used when ``use_fused_gate``
+    - ``norm_w``: ``[D]`` bf16, the latent's RMSNorm weight
+    - ``wk``: ``[index_dim, D]`` bf16, the index-key projection; ``k_norm_w``: ``[index_dim]`` bf16
+    - ``inv_freq``: ``[rope_dim // 2]`` fp32, RoPE's frequencies (latent and index key)
+    """
+
+    def __init__(self, cfg: Config, seed: int = 0, *, use_fused_gate: bool = True, device=None):
+        self.cfg = cfg
+        self.use_fused_gate = bool(use_fused_gate)
+        self.device = torch.device(device) if device is not None else DEFAULT_DEVICE
+        g = torch.Generator().manual_seed(seed)
+
+        def weight(rows: int, cols: int) -> torch.Tensor:
+            w = torch.randn(rows, cols, generator=g) / cols**0.5
+            return w.to(torch.bfloat16).to(self.device)
+
+        def norm_weight(n: int) -> torch.Tensor:
+            w = 1.0 + 0.1 * torch.randn(n, generator=g)
+            return w.to(torch.bfloat16).to(self.device)
+
+        self.wkv = weight(cfg.D, cfg.hidden)
+        # Scores spread over a few units, so the gate's weights are far from 1/2.
+        self.wgate = (weight(cfg.D, cfg.hidden).float() * 3.0).to(torch.bfloat16)
+        self.norm_w = norm_weight(cfg.D)
+        self.wk = weight(cfg.index_dim, cfg.D)
+        self.k_norm_w = norm_weight(cfg.index_dim)
+        self.wkv_gate = torch.cat([self.wkv, self.wgate], dim=0)
+        self.inv_freq = rope_inv_freq(cfg, self.device)
+
+    def __repr__(self) -> str:
+        c = self.cfg
+        return (
+            f"SourceLayer(hidden={c.hidden}, D={c.D}, index_dim={c.index_dim}, "
+            f"use_fused_gate={self.use_fused_gate}, device={self.device.type})"
+        )
+
+    def random_hidden(self, rows: int, seed: int) -> torch.Tensor:
+        """Random hidden states ``[rows, hidden]`` bf16 on the layer's device."""
+        g = torch.Generator().manual_seed(seed)
+        return torch.randn(rows, self.cfg.hidden, generator=g).to(torch.bfloat16).to(self.device)
+
+
+def _matmul_bf16_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``x @ w.T`` with bf16 operands and an fp32 result (``[T, N]`` fp32)."""
+    # bf16 x bf16 products are exact in fp32; the sum is accumulated in fp32.
+    return x.float() @ w.float().T
+
+
+def check_hidden(layer: SourceLayer, x: torch.Tensor) -> None:
+    cfg = layer.cfg
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != cfg.hidden:
+        shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"x has shape {shape}; expected [T, hidden={cfg.hidden}]")
+    if x.dtype != torch.bfloat16:
+        raise ValueError(f"x has dtype {x.dtype}; expected torch.bfloat16")
+    if x.device.type != layer.device.type:
+        raise ValueError(f"x is on {x.device}; expected the layer's device ({layer.device})")
+
+
+def project(layer: SourceLayer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The unfused source projection: ``kv = x @ wkv.T``, ``score = x @ wgate.T``.
+
+    ``x``: ``[T, hidden]`` bf16 -> ``(kv, score)``: ``[T, D]`` fp32 each (two separate buffers).
+    """
+    check_hidden(layer, x)
+    return _matmul_bf16_fp32(x, layer.wkv), _matmul_bf16_fp32(x, layer.wgate)
+
+
+def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The fused-gate source projection: one GEMM with ``wkv_gate``.
+
+    ``x``: ``[T, hidden]`` bf16 -> ``[T, 2D]`` fp32 whose halves are ``| kv | score |``.
+    With ``out`` (``[>= T, 2D]`` fp32) the rows are written into ``out[:T]``.
+    """
+    check_hidden(layer, x)
+    y = _matmul_bf16_fp32(x, layer.wkv_gate)
+    if out is None:
+        return y
+    out[: y.shape[0]].copy_(y)
+    return out
+
+
+def split_projected(projected: torch.Tensor, D: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Views of the ``| kv | score |`` buffer: ``[T, 2D]`` -> ``(kv [T, D], score [T, D])``."""
+    return projected[:, :D], projected[:, D:]
