@@ -29,7 +29,7 @@ nbval: $(STAMP)
 
 ## make notebooks: re-execute every notebook in place, so the stored outputs stay current
 notebooks: $(STAMP)
-	$(PY) -m c2graph.tools.run_notebooks notebooks/*.ipynb
+	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace notebooks/*.ipynb
 
 ## make figures: write the figures a reader needs outside Jupyter to figures/
 figures: $(STAMP)

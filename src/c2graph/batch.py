@@ -122,6 +122,43 @@ class ExtendBatch:
             kv_slots_needed=int(c2_slot.max()) + 1 if num_rows else 1,
         )
 
+    # What the batch must write, from the host-side request list (for checks and pictures).
+
+    def row_ranges(self) -> list[range]:
+        """The rows of each request, in batch order."""
+        out, row = [], 0
+        for r in self.requests:
+            out.append(range(row, row + r.extend_len))
+            row += r.extend_len
+        return out
+
+    def group_rows(self) -> list[int]:
+        """Rows that complete a group (odd ``pos``): exactly the rows that store a latent."""
+        return [
+            row
+            for r, rows in zip(self.requests, self.row_ranges())
+            for i, row in enumerate(rows)
+            if (r.prefix_len + i) % 2 == 1
+        ]
+
+    def ring_partner_rows(self) -> list[int]:
+        """Rows whose partner comes from the ring: the first row of a request that starts odd."""
+        return [rows[0] for r, rows in zip(self.requests, self.row_ranges()) if rows and r.prefix_len % 2 == 1]
+
+    def stored_slots(self) -> list[int]:
+        """c2 slots this batch writes (in ``kv_cache`` and ``index_k``), one per group row."""
+        raw = self.raw_out_loc.cpu()
+        return [int(raw[row]) // 2 for row in self.group_rows()]
+
+    def parked_ring_rows(self, ring_size: int) -> dict[int, int]:
+        """``{ring row: batch row}`` the batch parks: each request's last ``min(rows, ring_size)`` rows."""
+        out = {}
+        for r, rows in zip(self.requests, self.row_ranges()):
+            for row in rows[max(0, len(rows) - ring_size):]:
+                pos = r.prefix_len + (row - rows.start)
+                out[r.pool_index * ring_size + pos % ring_size] = row
+        return out
+
     def __repr__(self) -> str:
         reqs = ", ".join(f"({r.pool_index}, {r.prefix_len}, {r.extend_len})" for r in self.requests)
         return (
