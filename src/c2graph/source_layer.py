@@ -61,9 +61,14 @@ class SourceLayer:
 
 
 def _matmul_bf16_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``x @ w.T`` with bf16 operands and an fp32 result (``[T, N]`` fp32)."""
-    # bf16 x bf16 products are exact in fp32; the sum is accumulated in fp32.
-    return x.float() @ w.float().T
+    """``x @ w.T`` with bf16 operands and an fp32 result (``[T, N]`` fp32).
+
+    Accumulated in float64, where bf16 products and their sums over ``hidden`` are exact for
+    values of this size; the result is then rounded once to fp32. So each row's output does not
+    depend on how many rows share the GEMM. (A bf16 GEMM with fp32 output, as the engine runs,
+    picks its algorithm by the row count, and its last bits can change with it.)
+    """
+    return (x.double() @ w.double().T).float()
 
 
 def check_hidden(layer: SourceLayer, x: torch.Tensor) -> None:
