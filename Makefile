@@ -35,5 +35,25 @@ notebooks: $(STAMP)
 figures: $(STAMP)
 	$(PY) -m c2graph.figures figures
 
+# --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
+GPU_PY  ?= python3
+OUT     ?= gpu-out
+GPU_ENV  = PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1
+EXECUTE  = $(GPU_PY) -c 'import sys; from nbclient.cli import main; sys.exit(main())'
+
+## make gpu-test: every test against CUDA (GPU-marked ones included), then every notebook
+gpu-test:
+	@$(GPU_PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "gpu-test needs a CUDA device")'
+	@mkdir -p $(OUT)
+	$(GPU_ENV) $(GPU_PY) -m pytest -q -rs tests --junitxml=$(OUT)/gpu-tests.xml
+	rm -rf $(OUT)/notebooks && mkdir -p $(OUT)/notebooks && cp notebooks/*.ipynb $(OUT)/notebooks/
+	cd $(OUT)/notebooks && for nb in *.ipynb; do \
+	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=600 $$nb || exit 1; done
+
+## make bench: the benchmark on a CUDA host; a table on stdout, full numbers in $(OUT)/bench.json
+bench:
+	@mkdir -p $(OUT)
+	$(GPU_ENV) $(GPU_PY) -m c2graph.bench --out $(OUT)/bench.json
+
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

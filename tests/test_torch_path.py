@@ -120,9 +120,9 @@ def test_writes_exactly_the_group_slots_and_parked_rows(reqs, pad, data):
     """Poisoned pools: every slot the batch should write is written, every other one keeps the poison."""
     seed = data.draw(st.integers(0, 2**16))
     layer, alloc, pools = make_case(seed=seed)
-    batch = c2.ExtendBatch.build(reqs, alloc, request_slots=len(reqs) + 1, pad_to=sum(n for *_, n in reqs) + pad)
+    batch = c2.ExtendBatch.build(reqs, alloc, request_slots=len(reqs) + 1, pad_to=sum(n for *_, n in reqs) + pad, device=pools.device)
     x = layer.random_hidden(batch.num_rows, seed=seed)
-    latent = torch.full((batch.num_rows, layer.cfg.D), POISON, dtype=torch.bfloat16)
+    latent = torch.full((batch.num_rows, layer.cfg.D), POISON, dtype=torch.bfloat16, device=pools.device)
     c2.compress_torch(layer, x, batch, pools, latent_out=latent)
 
     written = set(batch.stored_slots())
@@ -133,7 +133,7 @@ def test_writes_exactly_the_group_slots_and_parked_rows(reqs, pad, data):
     for row in range(ring.shape[0]):
         kept = bool((ring[row] == POISON).all())
         assert kept == (row not in parked), (row, parked)
-    assert torch.equal(pools.ring[-1], c2.new_ring(1, 1, layer.cfg.D)[-1]), "sentinel not restored"
+    assert torch.equal(pools.ring[-1], c2.new_ring(1, 1, layer.cfg.D, pools.device)[-1]), "sentinel not restored"
     groups = set(batch.group_rows())
     for row in range(batch.num_rows):
         assert bool((latent[row] == POISON).all()) == (row not in groups), row
@@ -237,22 +237,23 @@ def test_bad_tensors_raise_and_leave_the_pools_unchanged():
     batch = c2.ExtendBatch.build([(0, 1, 5), (2, 0, 4)], alloc)
     x = layer.random_hidden(batch.num_rows, seed=7)
     before = pools.clone()
+    ones = lambda *shape, dtype=torch.float32: torch.ones(*shape, dtype=dtype, device=pools.device)  # noqa: E731
     bad_calls = {
         "dtype torch.float32": lambda: c2.compress_torch(layer, x.float(), batch, pools),
         r"x has shape \(9, 32\)": lambda: c2.compress_torch(layer, x[:, :32], batch, pools),
         "x has 8 rows": lambda: c2.compress_torch(layer, x[:8], batch, pools),
         "x is on meta": lambda: c2.compress_torch(layer, x.to("meta"), batch, pools),
-        r"projected has shape \(9, 32\)": lambda: c2.compress_torch(layer, None, batch, pools, projected=torch.ones(9, 32)),
+        r"projected has shape \(9, 32\)": lambda: c2.compress_torch(layer, None, batch, pools, projected=ones(9, 32)),
         "projected score has dtype": lambda: c2.compress_torch(
-            layer, None, batch, pools, projected=(torch.ones(9, 32), torch.ones(9, 32, dtype=torch.float64))
+            layer, None, batch, pools, projected=(ones(9, 32), ones(9, 32, dtype=torch.float64))
         ),
-        "latent_out has dtype": lambda: c2.compress_torch(layer, x, batch, pools, latent_out=torch.ones(9, 32)),
+        "latent_out has dtype": lambda: c2.compress_torch(layer, x, batch, pools, latent_out=ones(9, 32)),
         "pools.pool_requests": lambda: c2.compress_torch(
-            layer, x, batch, c2.Pools(layer.cfg, 1, alloc.kv_slots)
+            layer, x, batch, c2.Pools(layer.cfg, 1, alloc.kv_slots, pools.device)
         ),
-        "pools.kv_slots": lambda: c2.compress_torch(layer, x, batch, c2.Pools(layer.cfg, 6, 8)),
+        "pools.kv_slots": lambda: c2.compress_torch(layer, x, batch, c2.Pools(layer.cfg, 6, 8, pools.device)),
         "another Config": lambda: c2.compress_torch(
-            layer, x, batch, c2.Pools(c2.Config.tiny(eps=1e-5), 6, alloc.kv_slots)
+            layer, x, batch, c2.Pools(c2.Config.tiny(eps=1e-5), 6, alloc.kv_slots, pools.device)
         ),
     }
     for match, call in bad_calls.items():
