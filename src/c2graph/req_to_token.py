@@ -63,7 +63,9 @@ class ReqToTokenPool:
     def locations(self, pool_index: int, prefix_len: int, extend_len: int) -> torch.Tensor:
         """``raw_out_loc`` of positions ``prefix_len ...`` of one request: ``[extend_len]`` int64.
 
-        Pages the positions need are allocated on the way.
+        Pages the positions need are allocated on the way; a page once given to a request stays
+        its own until :meth:`free`, so asking again for the same positions returns the same
+        locations (how a chunked run and a whole run of one request share their slots).
         """
         self.check_request(pool_index, prefix_len, extend_len)
         pos = torch.arange(prefix_len, prefix_len + extend_len, dtype=torch.int64)

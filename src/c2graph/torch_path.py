@@ -3,10 +3,11 @@
 This is the reference the fused kernel is checked against, and what the engine's prefill
 graph ran before the fix: every line below is one or more small kernel launches.
 
-Two reductions (the RMSNorm's sum of squares and the index-key GEMM) are accumulated in
-float64. bf16 values squared or multiplied are exact in float64 and so are sums of a few
-hundred of them, so each row's result does not depend on how many rows share the launch.
-That is what makes chunked prefill give bit-for-bit the caches of whole prefill.
+Its two reductions (the RMSNorm's sum of squares and the index-key GEMM), like the source
+projection in :mod:`c2graph.source_layer`, are accumulated in float64. bf16 values squared or
+multiplied are exact in float64 and so are sums of a few thousand of them, so each row's result
+does not depend on how many rows share the launch. That is what makes chunked prefill give
+bit-for-bit the caches of whole prefill.
 """
 
 from __future__ import annotations
