@@ -7,8 +7,12 @@ Importing the package decides how Triton runs: compiled on a CUDA machine, inter
 from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  # noqa: I001  (first)
 from .batch import ExtendBatch, Request
 from .config import Config
+from .explorer import explain_batch, explorer_widget
 from .extend_offsets import build_extend_offsets, check_extend_offsets
+from .fused import compress_fused, fused_compress_
+from .graph import Graph, warmup
 from .pools import Pools
+from .prefill_graph import PrefillGraphRunner, PrefillStep
 from .req_to_token import ReqToTokenPool
 from .ring import new_ring, ring_row
 from .source_layer import SourceLayer, project, project_fused, split_projected
@@ -20,20 +24,28 @@ __all__ = [
     "INTERPRET",
     "Config",
     "ExtendBatch",
+    "Graph",
     "Pools",
+    "PrefillGraphRunner",
+    "PrefillStep",
     "ReqToTokenPool",
     "Request",
     "SourceLayer",
     "banner",
     "build_extend_offsets",
     "check_extend_offsets",
+    "compress_fused",
     "compress_torch",
     "environment",
+    "explain_batch",
+    "explorer_widget",
+    "fused_compress_",
     "new_ring",
     "project",
     "project_fused",
     "ring_row",
     "split_projected",
+    "warmup",
 ]
 
 print(banner())

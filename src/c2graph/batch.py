@@ -76,7 +76,7 @@ class ExtendBatch:
         count shared by data-parallel ranks) defaults to the live rows. Every argument is checked
         before any page is allocated.
         """
-        reqs = tuple(Request(*map(_as_int, r)) for r in requests)
+        reqs = check_requests(requests, allocator)
         slots = len(reqs) if request_slots is None else request_slots
         if not isinstance(slots, int) or slots < 0:
             raise ValueError(f"request_slots = {request_slots!r}; expected an int >= 0")
@@ -85,14 +85,6 @@ class ExtendBatch:
                 f"the batch has {len(reqs)} requests but request_slots = {slots}; "
                 "expected at most one request per slot"
             )
-        seen: set[int] = set()
-        for i, r in enumerate(reqs):
-            allocator.check_request(*r, where=f"request {i}: ")
-            if r.pool_index in seen:
-                raise ValueError(
-                    f"request {i}: pool_index = {r.pool_index} appears twice in one batch"
-                )
-            seen.add(r.pool_index)
         live = sum(r.extend_len for r in reqs)
         num_rows = live if pad_to is None else pad_to
         if not isinstance(num_rows, int) or num_rows < live:
@@ -165,6 +157,18 @@ class ExtendBatch:
             f"ExtendBatch(requests=[{reqs}], rows={self.num_rows} ({self.live_rows} live), "
             f"request_slots={self.request_slots})"
         )
+
+
+def check_requests(requests: Sequence[tuple[int, int, int]], allocator: ReqToTokenPool) -> tuple[Request, ...]:
+    """The requests as :class:`Request` tuples; ``ValueError`` naming the field if one is bad."""
+    reqs = tuple(Request(*map(_as_int, r)) for r in requests)
+    seen: set[int] = set()
+    for i, r in enumerate(reqs):
+        allocator.check_request(*r, where=f"request {i}: ")
+        if r.pool_index in seen:
+            raise ValueError(f"request {i}: pool_index = {r.pool_index} appears twice in one batch")
+        seen.add(r.pool_index)
+    return reqs
 
 
 def _as_int(v) -> int:
