@@ -9,8 +9,9 @@ from .batch import ExtendBatch, Request
 from .config import Config
 from .explorer import explain_batch, explorer_widget
 from .extend_offsets import build_extend_offsets, check_extend_offsets
-from .fused import compress_fused, fused_compress_
+from .fused import BLOCK_M, compress_fused, fused_compress_, minimum_bytes, program_plan
 from .graph import Graph, warmup
+from .opcount import count_cuda_kernels, count_ops
 from .pools import Pools
 from .prefill_graph import PrefillGraphRunner, PrefillStep
 from .req_to_token import ReqToTokenPool
@@ -19,6 +20,7 @@ from .source_layer import SourceLayer, project, project_fused, split_projected
 from .torch_path import compress_torch
 
 __all__ = [
+    "BLOCK_M",
     "DEFAULT_DEVICE",
     "HAS_CUDA",
     "INTERPRET",
@@ -35,11 +37,15 @@ __all__ = [
     "build_extend_offsets",
     "check_extend_offsets",
     "compress_fused",
+    "count_cuda_kernels",
+    "count_ops",
     "compress_torch",
     "environment",
     "explain_batch",
     "explorer_widget",
     "fused_compress_",
+    "minimum_bytes",
+    "program_plan",
     "new_ring",
     "project",
     "project_fused",

@@ -108,8 +108,8 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         elif self.variant == "python_ints":
             offsets = s.extend_offsets
             for r, (start, count) in enumerate(zip(*self.host_offsets)):
-                offsets[0, r] = start
-                offsets[1, r] = count
+                offsets[0, r].fill_(start)  # a kernel whose scalar argument is frozen
+                offsets[1, r].fill_(count)
         elif self.variant == "rebound":
             offsets = self.offsets_tensor
         elif self.variant == "grid_from_batch":

@@ -62,19 +62,26 @@ def compare(
     if rtol == 0 and atol == 0:
         # bitwise: compare the bytes, so -0.0 vs 0.0 and NaN payloads count too
         gb, wb = _bits(g), _bits(w)
-        row_bad = (gb != wb).reshape(gb.shape[0], -1).any(dim=1)
+        row_bad = _any_per_row(gb != wb)
         tol = "bitwise"
     else:
         gf, wf = g.double(), w.double()
         both_nan = gf.isnan() & wf.isnan()
         close = ((gf - wf).abs() <= atol + rtol * wf.abs()) | both_nan
-        row_bad = (~close).reshape(close.shape[0], -1).any(dim=1)
+        row_bad = _any_per_row(~close)
         tol = f"rtol={rtol:g}, atol={atol:g}"
     diff = (g.double() - w.double()).abs()
     diff = diff[~diff.isnan()]
     err = float(diff.max()) if diff.numel() else 0.0
     bad = index[row_bad].tolist()
     return Comparison(name, not bad, bad, int(index.numel()), err, tol)
+
+
+def _any_per_row(mask: torch.Tensor) -> torch.Tensor:
+    """``[N]`` bool: whether any element of each first-dim row is set (also for empty selections)."""
+    if mask.numel() == 0:
+        return torch.zeros(mask.shape[0] if mask.dim() else 0, dtype=torch.bool)
+    return mask.reshape(mask.shape[0], -1).any(dim=1)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -120,8 +120,9 @@ def _fused_compress_kernel(
     RING_PAD: tl.constexpr,  # next power of two >= RING
     INTERPRET: tl.constexpr,
 ):
-    # Program b owns rows [b * BLOCK_M, (b + 1) * BLOCK_M). Every program runs the same code;
-    # the extend offsets, read below, decide which of its rows do any work.
+    # Program b owns rows [b * BLOCK_M, (b + 1) * BLOCK_M). The grid, cdiv(grid_rows, BLOCK_M)
+    # programs, depends only on static sizes; the extend offsets, read below from a tensor,
+    # decide which rows do any work. This is what will let the launch be captured in a graph.
     pid = tl.program_id(0)
     block_lo = pid * BLOCK_M
     rows = block_lo.to(tl.int64) + tl.arange(0, BLOCK_M)  # int64: rows * 2D can be large
@@ -205,7 +206,8 @@ def _fused_compress_kernel(
         # wk^T chunks [BLOCK_K, N]: column n of k is row n of wk
         w_n = tl.load(wk_ptr + jn[None, :] * D + kk[:, None], mask=n_ok[None, :], other=0.0)
         w_e = tl.load(wk_ptr + (I_NOPE + 2 * jh)[None, :] * D + kk[:, None], mask=h_ok[None, :], other=0.0)
-        w_o = tl.load(wk_ptr + (I_NOPE + 1 + 2 * jh)[None, :] * D + kk[:, None], mask=h_ok[None, :], other=0.0)
+        w_o = tl.load(wk_ptr + (I_NOPE + 1 + 2 * jh)[None, :] * D + kk[:, None], mask=h_ok[None, :],
+                      other=0.0)
         acc_n = _dot(a, w_n, acc_n, INTERPRET)
         acc_e = _dot(a, w_e, acc_e, INTERPRET)
         acc_o = _dot(a, w_o, acc_o, INTERPRET)
@@ -301,7 +303,7 @@ def _kernel_config(D: int, index_dim: int, rope_dim: int, ring_size: int, reques
         INTERPRET=INTERPRET,
         # [16, 512] fp32 tiles at D = 512: 8 warps keep them at 32 registers a thread each.
         num_warps=8 if D >= 256 else 4,
-        num_stages=1,
+        num_stages=1,  # no software pipelining: the K-loop is short, and loads stay after the barrier
     )
 
 
@@ -346,7 +348,7 @@ def _check_launch_args(
     for name, t in zip(names, tensors):
         if not t.is_contiguous():
             raise ValueError(
-                f"{name} is not contiguous (strides {t.stride()}); the kernel expects a dense row-major tensor"
+                f"{name} is not contiguous (strides {t.stride()}); expected a dense row-major tensor"
             )
 
 
@@ -387,7 +389,7 @@ def fused_compress_(
     """
     _check_launch_args(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk,
                        k_norm_w, inv_freq, kv_cache, index_k, latent, ring_size, grid_rows)
-    programs = triton.cdiv(grid_rows, BLOCK_M)
+    programs = triton.cdiv(grid_rows, BLOCK_M)  # the grid: from a size, never from the batch's requests
     if programs == 0:
         return
     D, request_slots = projected.shape[1] // 2, extend_offsets.shape[1]
@@ -401,8 +403,8 @@ def fused_compress_(
 
 
 @fused_compress_.register_fake
-def _fused_compress_fake(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-      kv_cache, index_k, latent, eps, ring_size, grid_rows) -> None:
+def _fused_compress_fake(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w,
+                         inv_freq, kv_cache, index_k, latent, eps, ring_size, grid_rows) -> None:
     return None
 
 

@@ -1,0 +1,457 @@
+"""The fused path: same function as the torch path, one launch, writes exactly what it must.
+
+On a CPU the kernel runs in Triton's interpreter (slow), so these tests use the tiny preset and
+small batches. On a CUDA machine the same tests run the compiled kernel (``pytest -m gpu``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import (
+    POISON,
+    make_case,
+    ragged_requests,
+    untouched_slots_keep_poison,
+    written_slots_hold_no_poison,
+)
+
+import c2graph as c2
+from c2graph.check import compare, compare_pools
+from c2graph.fused import compress_fused, fused_compress_, minimum_bytes, program_plan
+from c2graph.opcount import count_cuda_kernels, count_ops
+
+TOL = 2**-6  # fused vs torch, and fused vs the float64 reference (SPEC §7)
+
+DEVICES = [pytest.param("cuda", marks=pytest.mark.gpu)] if c2.HAS_CUDA else ["cpu"]
+EXAMPLES = settings(max_examples=25, deadline=None)
+
+
+def poisoned_latents(batch, cfg, device):
+    return torch.full((batch.num_rows, cfg.D), POISON, dtype=torch.bfloat16, device=device)
+
+
+def random_projected(layer, rows: int, seed: int) -> torch.Tensor:
+    """``[rows, 2D]`` fp32 ``| kv | score |`` from the fused-gate projection of random hidden states."""
+    return c2.project_fused(layer, layer.random_hidden(rows, seed))
+
+
+def build(requests, alloc, device, *, extra_slots=0, padding=0):
+    live = sum(r[2] for r in requests)
+    return c2.ExtendBatch.build(
+        requests, alloc, request_slots=len(requests) + extra_slots, pad_to=live + padding, device=device
+    )
+
+
+def run_previous_chunk(layer, alloc, pools, requests, chunk_len: int, seed: int, device) -> None:
+    """Compress the chunk before each request's prefix, so that odd-start requests read real ring rows."""
+    prev = [(p, max(0, pre - chunk_len), min(pre, chunk_len)) for p, pre, _ in requests if pre > 0]
+    if not prev:
+        return
+    batch = build(prev, alloc, device)
+    c2.compress_torch(layer, None, batch, pools, projected=random_projected(layer, batch.num_rows, seed))
+
+
+# ------------------------------------------------------------------------------------------------
+# fused vs torch on random ragged batches, with the poison checks
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@EXAMPLES
+@given(
+    requests=ragged_requests(max_len=9),
+    ring_size=st.sampled_from([2, 4]),
+    extra_slots=st.integers(0, 2),
+    padding=st.integers(0, 5),
+    chunk_len=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, chunk_len, seed):
+    cfg = c2.Config.tiny(ring_size=ring_size)
+    layer, alloc, pools = make_case(cfg, seed=seed, device=device)
+    run_previous_chunk(layer, alloc, pools, requests, chunk_len, seed + 1, device)
+    pools.kv_cache.fill_(POISON)  # the previous chunk's stores are not this batch's
+    pools.index_k.fill_(POISON)
+    batch = build(requests, alloc, device, extra_slots=extra_slots, padding=padding)
+    projected = random_projected(layer, batch.num_rows, seed + 2)
+
+    want_pools, got_pools = pools.clone(), pools.clone()
+    want = c2.compress_torch(layer, None, batch, want_pools, projected=projected,
+                             latent_out=poisoned_latents(batch, cfg, device))
+    got = compress_fused(layer, projected, batch, got_pools, latent_out=poisoned_latents(batch, cfg, device))
+
+    groups = batch.group_rows()
+    if groups:
+        assert compare(got, want, "latent", rtol=TOL, atol=TOL, rows=torch.tensor(groups))
+    for c in compare_pools(got_pools, want_pools, rtol=TOL, atol=TOL):
+        assert c, c
+
+    # Latents: group rows written, every other row (even, padding) keeps its poison.
+    others = [r for r in range(batch.num_rows) if r not in set(groups)]
+    assert bool((got[others].float() == POISON).all())
+    assert not bool((got[groups].float() == POISON).any(dim=1).any())
+
+    # Caches: exactly the batch's c2 slots are written; every other slot, c2 slot 0 included, is poison.
+    stored = set(batch.stored_slots())
+    assert untouched_slots_keep_poison(got_pools, stored, skip_slot0=False) == []
+    assert written_slots_hold_no_poison(got_pools, stored) == []
+
+    # Ring: each request's last rows parked bitwise; every other row, the sentinel included, unchanged.
+    parked = batch.parked_ring_rows(ring_size)
+    for ring_row, row in parked.items():
+        assert torch.equal(got_pools.ring[ring_row], projected[row])
+    untouched = [r for r in range(pools.ring.shape[0]) if r not in parked]
+    assert torch.equal(got_pools.ring[untouched], pools.ring[untouched])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_poison_without_previous_chunk(device):
+    """A fresh poisoned ring: rows the batch does not park keep the poison, the sentinel its value."""
+    layer, alloc, pools = make_case(device=device)
+    batch = build([(1, 0, 5), (4, 6, 2), (0, 2, 7)], alloc, device, extra_slots=2, padding=3)
+    projected = random_projected(layer, batch.num_rows, 5)
+    before = pools.clone()
+    latent = poisoned_latents(batch, layer.cfg, device)
+    compress_fused(layer, projected, batch, pools, latent_out=latent)
+    parked = batch.parked_ring_rows(layer.cfg.ring_size)
+    for r in range(pools.ring.shape[0] - 1):
+        if r not in parked:
+            assert bool((pools.ring[r] == POISON).all()), f"ring row {r} lost its poison"
+    assert torch.equal(pools.ring[-1], before.ring[-1])  # the sentinel
+    assert untouched_slots_keep_poison(pools, set(batch.stored_slots()), skip_slot0=False) == []
+    even_rows = [r for r in range(batch.num_rows) if r not in set(batch.group_rows())]
+    assert bool((latent[even_rows].float() == POISON).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_idle_rank_writes_nothing(device):
+    """Every row padding (an idle data-parallel rank): nothing is stored, nothing is parked."""
+    layer, alloc, pools = make_case(device=device)
+    batch = c2.ExtendBatch.build([], alloc, request_slots=4, pad_to=20, device=device)
+    before, latent = pools.clone(), poisoned_latents(batch, layer.cfg, device)
+    compress_fused(layer, random_projected(layer, batch.num_rows, 4), batch, pools, latent_out=latent)
+    for c in compare_pools(pools, before, skip_slot0=False):
+        assert c, c
+    assert bool((latent.float() == POISON).all())
+
+
+# ------------------------------------------------------------------------------------------------
+# chunk invariance: whole, chunked and row by row give bitwise the same result
+# ------------------------------------------------------------------------------------------------
+
+
+def run_in_chunks(layer, alloc, pools, table, lengths, cuts, device):
+    """Compress requests ``{pool_index: length}`` batch by batch; ``cuts[k]``: each request's rows in batch k.
+
+    ``table[p][pos]`` is the ``| kv | score |`` row of token ``pos`` of pool request ``p``, so every
+    split feeds the same values. Returns the latents by ``(pool_index, pos)``.
+    """
+    done = {p: 0 for p in lengths}
+    latents = {}
+    for chunk in cuts:
+        reqs = [(p, done[p], n) for p, n in chunk.items() if n > 0]
+        if not reqs:
+            continue
+        batch = build(reqs, alloc, device, extra_slots=1, padding=1)
+        rows = [table[p][pre + i] for p, pre, n in reqs for i in range(n)]
+        projected = torch.stack(rows + [torch.full_like(rows[0], POISON)])  # one padding row
+        latent = poisoned_latents(batch, layer.cfg, device)
+        compress_fused(layer, projected, batch, pools, latent_out=latent)
+        for (p, pre, n), rows_ in zip(reqs, batch.row_ranges()):
+            for i, row in enumerate(rows_):
+                latents[(p, pre + i)] = latent[row]
+        for p, _, n in reqs:
+            done[p] += n
+    return latents
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@settings(max_examples=10, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 11), min_size=1, max_size=3),
+    cut_seed=st.integers(0, 2**16),
+    seed=st.integers(0, 2**16),
+)
+def test_chunk_invariance(device, lengths, cut_seed, seed):
+    layer, alloc, pools = make_case(seed=seed, device=device)
+    D = layer.cfg.D
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.cat([torch.ones(D), torch.full((D,), 3.0)])  # scores spread over a few units
+    table = {p: (torch.randn(n, 2 * D, generator=g) * scale).to(device) for p, n in enumerate(lengths)}
+    lens = dict(enumerate(lengths))
+
+    # Random splits: each request's rows cut into pieces, one piece per batch.
+    gc = torch.Generator().manual_seed(cut_seed)
+    pieces = {}
+    for p, n in lens.items():
+        cuts = sorted(set(torch.randint(1, n + 1, (3,), generator=gc).tolist()) | {n}) if n > 1 else [n]
+        pieces[p] = [b - a for a, b in zip([0] + cuts[:-1], cuts)]
+    steps = max(map(len, pieces.values()))
+    chunked = [{p: pieces[p][k] if k < len(pieces[p]) else 0 for p in lens} for k in range(steps)]
+    whole = [lens]
+    by_row = [{p: 1 if k < n else 0 for p, n in lens.items()} for k in range(max(lengths))]
+
+    results = []
+    for plan in (whole, chunked, by_row):
+        p_ = pools.clone()
+        results.append((run_in_chunks(layer, alloc, p_, table, lens, plan, device), p_))
+    (lat_w, pools_w), *others = results
+    for lat, pools_x in others:
+        for c in compare_pools(pools_x, pools_w, skip_slot0=False):
+            assert c, c
+        assert lat.keys() == lat_w.keys()
+        for key in lat_w:
+            assert torch.equal(lat[key].view(torch.int16), lat_w[key].view(torch.int16)), key
+
+
+# ------------------------------------------------------------------------------------------------
+# against an independent float64 reference
+# ------------------------------------------------------------------------------------------------
+
+
+def bf16(x: float | torch.Tensor) -> torch.Tensor:
+    """Round float64 values to bf16 (round to nearest even) and back to float64."""
+    return torch.as_tensor(x, dtype=torch.float64).to(torch.bfloat16).double()
+
+
+def reference_group(layer, kv0, s0, kv1, s1, group_pos: int):
+    """One group in float64, with bf16 roundings where SPEC §3 puts them: (latent, cache row, index key)."""
+    cfg = layer.cfg
+    w0 = 1.0 / (1.0 + torch.exp(s1 - s0))
+    pooled = bf16(kv0 * w0 + kv1 * (1.0 - w0))
+
+    def rms(x, w):
+        return bf16(x / torch.sqrt((x * x).mean() + cfg.eps) * w.double())
+
+    def rope(x):
+        out = x.clone()
+        b = x.shape[0] - cfg.rope_dim
+        for i in range(cfg.rope_dim // 2):
+            a = group_pos * cfg.rope_theta ** (-2.0 * i / cfg.rope_dim)
+            e, o = x[b + 2 * i], x[b + 2 * i + 1]
+            out[b + 2 * i] = e * math.cos(a) - o * math.sin(a)
+            out[b + 2 * i + 1] = e * math.sin(a) + o * math.cos(a)
+        return bf16(out)
+
+    latent = rms(pooled, layer.norm_w)
+    k = bf16(layer.wk.double() @ latent)
+    return latent, rope(latent), rope(rms(k, layer.k_norm_w))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_against_float64_reference(device):
+    layer, alloc, pools = make_case(device=device)
+    requests = [(0, 7, 9), (3, 0, 6), (5, 4, 5), (2, 11, 1)]
+    run_previous_chunk(layer, alloc, pools, requests, 3, 9, device)
+    ring_before = pools.ring.double().cpu()
+    batch = build(requests, alloc, device, extra_slots=1, padding=2)
+    projected = random_projected(layer, batch.num_rows, 10)
+    latent = poisoned_latents(batch, layer.cfg, device)
+    compress_fused(layer, projected, batch, pools, latent_out=latent)
+
+    cfg, x = layer.cfg, projected.double().cpu()
+    layer_cpu = c2.SourceLayer(cfg, seed=0, device="cpu")  # make_case's layer, seed 0, on the CPU
+    raw = batch.raw_out_loc.cpu()
+    checked = 0
+    for (p, pre, n), rows in zip(requests, batch.row_ranges()):
+        for i, row in enumerate(rows):
+            pos = pre + i
+            if pos % 2 == 0:
+                continue
+            prev = x[row - 1] if i > 0 else ring_before[p * cfg.ring_size + (pos - 1) % cfg.ring_size]
+            want_latent, want_cache, want_key = reference_group(
+                layer_cpu, prev[: cfg.D], prev[cfg.D:], x[row, : cfg.D], x[row, cfg.D:], pos - 1
+            )
+            slot = int(raw[row]) // 2
+            for name, got, want in (("latent", latent[row], want_latent),
+                                    ("kv_cache", pools.kv_cache[slot], want_cache),
+                                    ("index_k", pools.index_k[slot], want_key)):
+                assert compare(got[None], want[None], name, rtol=TOL, atol=TOL), (name, p, pos)
+            checked += 1
+    assert checked == len(batch.group_rows()) > 10
+
+
+# ------------------------------------------------------------------------------------------------
+# bad input raises before the launch, and writes nothing
+# ------------------------------------------------------------------------------------------------
+
+
+def bad_offsets_cases(T: int):
+    return {
+        "count past the buffer": ([[0, 5], [5, T]], torch.int32, "past the buffer"),
+        "overlapping requests": ([[0, 3], [5, 4]], torch.int32, "disjoint"),
+        "decreasing starts": ([[5, 0], [3, 5]], torch.int32, "non-decreasing"),
+        "negative count": ([[0, 5], [-1, 3]], torch.int32, "row count must be >= 0"),
+        "wrong dtype": ([[0, 5], [5, 4]], torch.int64, "dtype"),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", list(bad_offsets_cases(0)))
+def test_bad_offsets_raise_before_launch(device, case):
+    layer, alloc, pools = make_case(device=device)
+    batch = build([(0, 1, 5), (1, 0, 4)], alloc, device, padding=2)
+    values, dtype, message = bad_offsets_cases(batch.num_rows)[case]
+    bad = dataclasses.replace(batch, extend_offsets=torch.tensor(values, dtype=dtype, device=device))
+    projected = random_projected(layer, batch.num_rows, 0)
+    before, latent = pools.clone(), poisoned_latents(batch, layer.cfg, device)
+    with pytest.raises(ValueError, match=message):
+        compress_fused(layer, projected, bad, pools, latent_out=latent)
+    for c in compare_pools(pools, before, skip_slot0=False):
+        assert c, c
+    assert bool((latent.float() == POISON).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_arguments_raise(device):
+    layer, alloc, pools = make_case(device=device)
+    batch = build([(0, 1, 5)], alloc, device)
+    projected = random_projected(layer, batch.num_rows, 0)
+    before = pools.clone()
+    kv, score = c2.split_projected(projected, layer.cfg.D)
+    cases = [
+        ((projected.to(torch.bfloat16),), "dtype"),
+        ((projected[:, : layer.cfg.D].contiguous(),), "shape"),
+        ((projected[:-1],), "shape"),
+        (((kv, score),), "one \\[T, 2D\\] fp32 tensor"),
+    ]
+    for (p,), message in cases:
+        with pytest.raises(ValueError, match=message):
+            compress_fused(layer, p, batch, pools)
+    with pytest.raises(ValueError, match="latent_out"):
+        compress_fused(layer, projected, batch, pools, latent_out=torch.zeros(3, 3, device=device))
+    unfused, _, _ = make_case(use_fused_gate=False, device=device)
+    with pytest.raises(ValueError, match="layer.use_fused_gate"):
+        compress_fused(unfused, projected, batch, pools)
+    for c in compare_pools(pools, before, skip_slot0=False):
+        assert c, c
+
+
+def test_sizes_must_be_powers_of_two():
+    cfg = c2.Config(hidden=64, D=48, rope_dim=8, index_dim=16, page_size=16)
+    layer, alloc, pools = make_case(cfg)
+    batch = build([(0, 0, 4)], alloc, pools.device)
+    with pytest.raises(ValueError, match="Config.D = 48"):
+        compress_fused(layer, random_projected(layer, batch.num_rows, 0), batch, pools)
+
+
+# ------------------------------------------------------------------------------------------------
+# the custom op: one op per launch, and calling it again runs the kernel again
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_one_op_per_launch_and_reruns(device):
+    layer, alloc, pools = make_case(device=device)
+    batch = build([(0, 3, 6), (2, 0, 9)], alloc, device, extra_slots=1, padding=3)
+    projected = random_projected(layer, batch.num_rows, 1)
+    latent = poisoned_latents(batch, layer.cfg, device)
+    with count_ops() as ops:
+        compress_fused(layer, projected, batch, pools, latent_out=latent, validate=False)
+    assert dict(ops.counts) == {"c2graph.fused_compress.default": 1}
+
+    first, first_latent = pools.clone(), latent.clone()
+    pools.poison(POISON)
+    latent.fill_(POISON)
+    cfg = layer.cfg
+    torch.ops.c2graph.fused_compress.default(
+        projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
+        layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
+        cfg.eps, cfg.ring_size, batch.num_rows,
+    )
+    for c in compare_pools(pools, first, skip_slot0=False):
+        assert c, c
+    assert compare(latent, first_latent, "latent")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grid_rows_sets_the_rows_visited(device):
+    """Programs past ``cdiv(grid_rows, BLOCK_M)`` do not run: their rows' groups are not stored."""
+    layer, alloc, pools = make_case(device=device)
+    batch = build([(0, 0, 12), (1, 1, 24)], alloc, device)  # rows 0..35: three programs
+    projected = random_projected(layer, batch.num_rows, 2)
+    cfg = layer.cfg
+    latent = poisoned_latents(batch, cfg, device)
+    fused_compress_(
+        projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
+        layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
+        cfg.eps, cfg.ring_size, 10,  # one program: rows 0..15
+    )
+    written = ~(latent.float() == POISON).all(dim=1).cpu()
+    assert written.nonzero().flatten().tolist() == [r for r in batch.group_rows() if r < 16]
+
+
+def test_program_plan_matches_the_batch():
+    layer, alloc, pools = make_case(device="cpu")
+    requests = [(0, 3, 6), (2, 0, 15), (4, 9, 12)]
+    batch = c2.ExtendBatch.build(requests, alloc, request_slots=5, pad_to=40, device="cpu")
+    plan = program_plan(batch, ring_size=2)
+    assert [p["rows"] for p in plan] == [range(0, 16), range(16, 32), range(32, 40)]
+    assert sum((p["groups"] for p in plan), []) == batch.group_rows()
+    assert sum((p["from_ring"] for p in plan), []) == batch.ring_partner_rows()
+    parks = {k: v for p in plan for k, v in p["parks"].items()}
+    assert parks == batch.parked_ring_rows(2)
+    # Program 0 parks request (2, 0, 15) too: its first row (6) is in program 0's block, although
+    # its last rows (19, 20) are in program 1's. Program 1 parks (4, 9, 12), rows 21..32.
+    assert plan[0]["parks"] == {1: 4, 0: 5, 5: 19, 4: 20}
+    assert plan[1]["parks"] == {9: 31, 8: 32}
+    assert plan[2]["parks"] == {}
+
+
+def test_minimum_bytes():
+    cfg = c2.Config.tiny()
+    layer, alloc, pools = make_case(cfg, device="cpu")
+    batch = c2.ExtendBatch.build([(0, 3, 6), (2, 0, 5)], alloc, request_slots=3, pad_to=12, device="cpu")
+    need = minimum_bytes(cfg, batch)
+    groups = 3 + 2  # odd positions 3, 5, 7 and 1, 3
+    assert need["read | kv | score |"] == 12 * 64 * 4
+    assert need["write kv_cache"] == groups * 32 * 2
+    assert need["read ring partners"] == 1 * 64 * 4  # (0, 3, 6) starts odd
+    assert need["write ring"] == 4 * 64 * 4
+
+
+# ------------------------------------------------------------------------------------------------
+# launch counts
+# ------------------------------------------------------------------------------------------------
+
+
+def test_launch_counts_on_the_dispatcher():
+    layer, alloc, pools = make_case()
+    batch = build([(0, 3, 6), (2, 0, 9), (1, 4, 3)], alloc, pools.device, extra_slots=1, padding=4)
+    projected = random_projected(layer, batch.num_rows, 3)
+    fused_pools, torch_pools = pools.clone(), pools.clone()
+    fused_latent, torch_latent = (poisoned_latents(batch, layer.cfg, pools.device) for _ in range(2))
+    with count_ops() as fused:
+        compress_fused(layer, projected, batch, fused_pools, latent_out=fused_latent, validate=False)
+    with count_ops() as checked:
+        compress_fused(layer, projected, batch, fused_pools, latent_out=fused_latent)
+    with count_ops() as torch_path:
+        c2.compress_torch(layer, None, batch, torch_pools, projected=projected, latent_out=torch_latent)
+    print(f"\nlaunches: fused {fused.total}, torch path {torch_path.total}")
+    assert dict(fused.counts) == {"c2graph.fused_compress.default": 1}
+    # validate=True reads the offsets on the host: on a GPU that is one copy to the host, no kernel
+    host_reads = {"aten._to_copy.default": 1} if pools.device.type == "cuda" else {}
+    assert dict(checked.counts) == {"c2graph.fused_compress.default": 1, **host_reads}
+    assert torch_path.total > 30
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.profiler's CUDA kernel events need CUDA")
+def test_cuda_kernel_counts():
+    layer, alloc, pools = make_case(device="cuda")
+    batch = build([(0, 3, 6), (2, 0, 9), (1, 4, 3)], alloc, "cuda", extra_slots=1, padding=4)
+    projected = random_projected(layer, batch.num_rows, 3)  # the projection runs before, not counted
+    latent = poisoned_latents(batch, layer.cfg, "cuda")
+    fused = count_cuda_kernels(lambda: compress_fused(layer, projected, batch, pools, latent_out=latent))
+    torch_path = count_cuda_kernels(
+        lambda: c2.compress_torch(layer, None, batch, pools, projected=projected, latent_out=latent)
+    )
+    print(f"\nCUDA kernels: fused {fused.total}, torch path {torch_path.total}\n{torch_path.table(10)}")
+    assert fused.total == 1, fused.table()
+    assert torch_path.total > 30
