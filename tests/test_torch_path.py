@@ -84,7 +84,7 @@ def test_matches_float64_reference():
         for gpos, (lat, key) in reference_request(layer, hidden[p]).items():
             slot = int(raw[gpos + 1]) // 2
             for got, want in ((pools.kv_cache[slot], lat), (pools.index_k[slot], key)):
-                err = ((got.double() - want).abs() / (want.abs() + 1)).max().item()
+                err = ((got.double().cpu() - want).abs() / (want.abs() + 1)).max().item()
                 worst = max(worst, err)
     assert worst <= 2**-6, worst
 

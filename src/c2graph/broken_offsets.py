@@ -75,6 +75,7 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
                          warmup_iters=warmup_iters)
 
     def _remember(self, offsets: torch.Tensor, live_rows: int) -> None:
+        """Outside any capture: keep the batch's offsets as an eager path has them."""
         self.host_offsets = offsets.tolist()
         self.host_live_rows = live_rows
         if self.variant == "rebound":
@@ -90,12 +91,12 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         s.extend_offsets[0].fill_(rows)
         s.extend_offsets[0, 0] = 0
         s.extend_offsets[1, 0] = rows
-        self._remember(s.extend_offsets.cpu(), rows)
+        self._remember(s.extend_offsets, rows)
         return super()._capture_loaded(bucket, warmup_iters)
 
     def refresh(self, batch: ExtendBatch, x: torch.Tensor) -> None:
         super().refresh(batch, x)
-        self._remember(batch.extend_offsets.cpu(), batch.live_rows)
+        self._remember(batch.extend_offsets, batch.live_rows)
 
     def _compress(self, bucket: int) -> None:
         s, layer, pools = self.static, self.layer, self.pools
