@@ -48,7 +48,7 @@ gpu-test:
 	$(GPU_ENV) $(GPU_PY) -m pytest -q -rs tests --junitxml=$(OUT)/gpu-tests.xml
 	rm -rf $(OUT)/notebooks && mkdir -p $(OUT)/notebooks && cp notebooks/*.ipynb $(OUT)/notebooks/
 	cd $(OUT)/notebooks && for nb in *.ipynb; do \
-	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=600 $$nb || exit 1; done
+	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=120 $$nb || exit 1; done
 
 ## make bench: the benchmark on a CUDA host; a table on stdout, full numbers in $(OUT)/bench.json
 bench:
