@@ -50,8 +50,9 @@ gpu-test:
 	@mkdir -p $(OUT)
 	$(GPU_ENV) $(GPU_PY) -m pytest -q -rs tests --junitxml=$(OUT)/gpu-tests.xml
 	rm -rf $(OUT)/notebooks && mkdir -p $(OUT)/notebooks && cp notebooks/*.ipynb $(OUT)/notebooks/
-	cd $(OUT)/notebooks && for nb in *.ipynb; do \
-	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=120 $$nb || exit 1; done
+	cd $(OUT)/notebooks && failed=""; for nb in *.ipynb; do \
+	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=120 $$nb || failed="$$failed $$nb"; \
+	done; if [ -n "$$failed" ]; then echo "notebooks that failed:$$failed"; exit 1; fi; echo "every notebook ran"
 
 ## make bench: the benchmark on a CUDA host; a table on stdout, full numbers in $(OUT)/bench.json
 bench:

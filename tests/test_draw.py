@@ -138,6 +138,7 @@ def test_figures_command(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     figures_main(["out/figs"])
     printed = capsys.readouterr().out.split()
-    assert printed == ["out/figs/path.png", "out/figs/ragged_batch.png", "out/figs/ring.png"]
+    assert printed == [f"out/figs/{name}.png" for name in (
+        "path", "ragged_batch", "ring", "extend_offsets", "fused_programs", "frozen_offsets")]
     for p in printed:
         assert (tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -61,7 +61,7 @@ def compare(
         g, w, index = g[rows], w[rows], index[rows]
     if rtol == 0 and atol == 0:
         # bitwise: compare the bytes, so -0.0 vs 0.0 and NaN payloads count too
-        gb, wb = _bits(g), _bits(w)
+        gb, wb = bits_of(g), bits_of(w)
         row_bad = _any_per_row(gb != wb)
         tol = "bitwise"
     else:
@@ -84,7 +84,8 @@ def _any_per_row(mask: torch.Tensor) -> torch.Tensor:
     return mask.reshape(mask.shape[0], -1).any(dim=1)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
+def bits_of(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bits as integers of its width (float32 -> int32, bf16 -> int16, ...)."""
     if t.dtype in (torch.float32, torch.int32):
         return t.contiguous().view(torch.int32)
     if t.dtype in (torch.bfloat16, torch.float16, torch.int16):

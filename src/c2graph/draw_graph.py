@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from .batch import ExtendBatch
+from .check import bits_of
 from .draw import EDGE, PADDING_COLOUR, REQUEST_COLOURS, request_colour
 from .pools import Pools
 from .prefill_graph import PrefillGraphRunner
@@ -310,14 +311,8 @@ class SlotReport:
         return " | ".join(parts)
 
 
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    view = {torch.float32: torch.int32, torch.bfloat16: torch.int16}.get(t.dtype)
-    t = t.detach().cpu().contiguous()
-    return t.view(view) if view is not None else t
-
-
 def _state(got: list[torch.Tensor], want: list[torch.Tensor], poison: float) -> str:
-    if all(torch.equal(_bits(g), _bits(w)) for g, w in zip(got, want)):
+    if all(torch.equal(bits_of(g.detach().cpu()), bits_of(w.detach().cpu())) for g, w in zip(got, want)):
         return EQUAL
     if all(bool((g.detach().float().cpu() == poison).all()) for g in got):
         return NEVER_WRITTEN
@@ -435,7 +430,7 @@ def _why(s: SlotState, ring_size: int, poison: float, frozen, grid_rows, rings_b
     if rings_before is not None and s.partner.startswith("ring row"):
         k = int(s.partner.split()[-1])
         got, want = rings_before[0][k], rings_before[1][k]
-        if not torch.equal(_bits(got), _bits(want)):
+        if not torch.equal(bits_of(got.detach().cpu()), bits_of(want.detach().cpu())):
             held = "the poison" if bool((got.detach().float().cpu() == poison).all()) else "other bytes"
             return f"ring row {k}\nheld {held}"
     return ""

@@ -1,7 +1,9 @@
 """Write the figures a reader needs outside Jupyter: ``python -m c2graph.figures FOLDER``.
 
-The path diagram, a ragged batch (rows -> groups -> c2 slots) and the ring around it, as PNGs
-in ``FOLDER`` (created if needed); each path is printed relative to the current directory.
+The path diagram, a ragged batch (rows -> groups -> c2 slots) and the ring around it, the
+batch's extend offsets and the fused kernel's programs, and the slots a graph with frozen
+offsets gets wrong, as PNGs in ``FOLDER`` (created if needed); each path is printed relative
+to the current directory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import matplotlib
 from .batch import ExtendBatch
 from .config import Config
 from .draw import draw_batch, draw_path, draw_ring
+from .draw_fused import draw_extend_offsets, draw_programs
 from .req_to_token import ReqToTokenPool
 
 POOL_REQUESTS = 4
@@ -32,6 +35,33 @@ def example_batches(cfg: Config) -> tuple[ExtendBatch, ExtendBatch]:
     return earlier, ragged
 
 
+def frozen_offsets_figure(cfg: Config):
+    """The ``python_ints`` variant of notebook 03: a graph that replays the dummy batch's offsets.
+
+    A first batch of three fresh requests, then three that continue it (odd, odd, even starts),
+    replayed in a bucket of 32 rows next to the eager fused path; the picture marks each wrong slot.
+    """
+    from .broken_offsets import BrokenOffsetsRunner
+    from .draw_graph import draw_wrong_slots
+    from .fused import compress_fused
+    from .pools import Pools
+    from .source_layer import SourceLayer, project_fused
+
+    layer = SourceLayer(cfg, seed=5, device="cpu")
+    alloc = ReqToTokenPool(cfg, 6, 96, seed=5)
+    pools = Pools(cfg, 6, alloc.kv_slots, device="cpu").poison()
+    runner = BrokenOffsetsRunner(layer, pools, variant="python_ints", buckets=[32], request_slots=4)
+    eager = pools.clone()
+    for i, reqs in enumerate(([(0, 0, 5), (1, 0, 3), (2, 0, 8)], [(0, 5, 6), (1, 3, 7), (2, 8, 5)])):
+        x = layer.random_hidden(sum(n for *_, n in reqs), seed=10 + i)
+        rings_before = (pools.ring.clone(), eager.ring.clone())
+        batch = runner.run(reqs, alloc, x).batch
+        compress_fused(layer, project_fused(layer, x), ExtendBatch.build(reqs, alloc, device="cpu"), eager)
+    return draw_wrong_slots(pools, eager, batch, cfg.ring_size, frozen_offsets=runner.static.extend_offsets,
+                            rings_before=rings_before,
+                            title="Offsets frozen at capture (python_ints): the slots a replay gets wrong")
+
+
 def write_figures(folder: str | os.PathLike, dpi: int = 150) -> list[Path]:
     """Draw the figures into ``folder`` (created if needed) and return their paths."""
     cfg = Config.tiny()
@@ -42,6 +72,9 @@ def write_figures(folder: str | os.PathLike, dpi: int = 150) -> list[Path]:
         "path.png": draw_path(cfg),
         "ragged_batch.png": draw_batch(ragged, cfg.ring_size),
         "ring.png": draw_ring(ragged, POOL_REQUESTS, cfg.ring_size, previous=earlier),
+        "extend_offsets.png": draw_extend_offsets(ragged),
+        "fused_programs.png": draw_programs(ragged, cfg.ring_size),
+        "frozen_offsets.png": frozen_offsets_figure(cfg),
     }
     paths = []
     for name, fig in figures.items():
