@@ -157,7 +157,6 @@ def test_explain_rejects_a_non_batch_and_a_small_pool():
 
 
 def test_widget_builds_without_a_browser(capsys):
-    pytest.importorskip("ipywidgets")
     ui = explorer_widget()
     assert len(ui.children) == 5  # three rows of sliders, the bucket, the output
     sliders = [s for box in ui.children[:3] for s in box.children]
