@@ -270,3 +270,12 @@ def test_extend_offsets_follow_spec():
     assert batch.extend_offsets.tolist() == [[0, 4, 4, 6, 6], [4, 0, 2, 0, 0]]
     assert batch.raw_out_loc[6:].eq(0).all() and batch.pos[6:].eq(0).all()
     c2.check_extend_offsets(batch.extend_offsets, batch.num_rows)
+
+
+def test_devices_match_by_type_and_index():
+    """``cuda`` matches ``cuda:0``; ``cuda:1`` does not match ``cuda:0`` (no GPU needed to check)."""
+    from c2graph.validate import same_device
+
+    d = torch.device
+    assert same_device(d("cuda"), d("cuda:0")) and same_device(d("cpu"), d("cpu"))
+    assert not same_device(d("cuda:1"), d("cuda:0")) and not same_device(d("cpu"), d("cuda:0"))

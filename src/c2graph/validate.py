@@ -19,8 +19,13 @@ def check_tensor(name: str, t, shape: tuple, dtype: torch.dtype, device: torch.d
         raise ValueError(f"{name} has shape {_shape(t)}; expected {list(shape)}")
     if t.dtype != dtype:
         raise ValueError(f"{name} has dtype {t.dtype}; expected {dtype}")
-    if t.device.type != device.type:
-        raise ValueError(f"{name} is on {t.device}; expected {device.type} (the pools' device)")
+    if not same_device(t.device, device):
+        raise ValueError(f"{name} is on {t.device}; expected {device} (the pools' device)")
+
+
+def same_device(a: torch.device, b: torch.device) -> bool:
+    """Same device type, and the same index where both name one (``cuda`` matches ``cuda:0``)."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def check_layer_batch_pools(layer: SourceLayer, batch: ExtendBatch, pools: Pools) -> None:
@@ -28,8 +33,8 @@ def check_layer_batch_pools(layer: SourceLayer, batch: ExtendBatch, pools: Pools
     if pools.cfg != cfg:
         raise ValueError("pools were made for another Config than the layer's")
     dev = pools.device
-    if layer.device.type != dev.type:
-        raise ValueError(f"layer is on {layer.device}; expected {dev.type} (the pools' device)")
+    if not same_device(layer.device, dev):
+        raise ValueError(f"layer is on {layer.device}; expected {dev} (the pools' device)")
     T = batch.num_rows
     for name in ("pos", "req", "raw_out_loc", "c2_slot"):
         check_tensor(f"batch.{name}", getattr(batch, name), (T,), torch.int64, dev)
