@@ -80,18 +80,21 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         self.host_live_rows = live_rows
         if self.variant == "rebound":
             self.offsets_tensor = offsets.clone()  # a fresh tensor per batch
-            # A graph only holds a raw pointer. Keep every tensor it may read alive, or its
-            # memory could be handed to another tensor and the replay would read garbage.
-            self._kept_alive.append(self.offsets_tensor)
 
     def _capture(self, bucket: int, warmup_iters: int):
         s = self.static
         s.load_dummy(bucket)
-        rows = bucket if self.capture_rows is None else min(self.capture_rows, bucket)
-        s.extend_offsets[0].fill_(rows)
-        s.extend_offsets[0, 0] = 0
-        s.extend_offsets[1, 0] = rows
+        rows = bucket
+        if self.capture_rows is not None:  # the capture-time batch covers fewer rows
+            rows = min(self.capture_rows, bucket)
+            s.extend_offsets[0].fill_(rows)
+            s.extend_offsets[0, 0] = 0
+            s.extend_offsets[1, 0] = rows
         self._remember(s.extend_offsets, rows)
+        if self.offsets_tensor is not None:
+            # A graph holds only a raw pointer: keep the tensor it was captured with alive, or
+            # its memory could go to another tensor and every replay would read garbage.
+            self._kept_alive.append(self.offsets_tensor)
         return super()._capture_loaded(bucket, warmup_iters)
 
     def refresh(self, batch: ExtendBatch, x: torch.Tensor) -> None:

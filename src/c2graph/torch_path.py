@@ -109,9 +109,10 @@ def park_mask(batch: ExtendBatch, ring_size: int) -> torch.Tensor:
     """
     live = batch.raw_out_loc != 0
     R = ring_size
-    ahead_live = torch.cat([live[R:], live.new_zeros(min(R, live.shape[0]))])
-    ahead_req = torch.cat([batch.req[R:], batch.req.new_full((min(R, live.shape[0]),), -1)])
-    ahead_pos = torch.cat([batch.pos[R:], batch.pos.new_full((min(R, live.shape[0]),), -1)])
+    tail = min(R, batch.num_rows)  # rows with nothing R rows further on
+    ahead_live = torch.cat([live[R:], live.new_zeros(tail)])
+    ahead_req = torch.cat([batch.req[R:], batch.req.new_full((tail,), -1)])
+    ahead_pos = torch.cat([batch.pos[R:], batch.pos.new_full((tail,), -1)])
     continues = ahead_live & (ahead_req == batch.req) & (ahead_pos == batch.pos + R)
     return live & ~continues
 
