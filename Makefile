@@ -48,11 +48,11 @@ EXECUTE  = $(GPU_PY) -c 'import sys; from nbclient.cli import main; sys.exit(mai
 gpu-test:
 	@$(GPU_PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "gpu-test needs a CUDA device")'
 	@mkdir -p $(OUT)
-	$(GPU_ENV) $(GPU_PY) -m pytest -q -rs tests --junitxml=$(OUT)/gpu-tests.xml
 	rm -rf $(OUT)/notebooks && mkdir -p $(OUT)/notebooks && cp notebooks/*.ipynb $(OUT)/notebooks/
-	cd $(OUT)/notebooks && failed=""; for nb in *.ipynb; do \
+	@failed=""; $(GPU_ENV) $(GPU_PY) -m pytest -q -rs tests --junitxml=$(OUT)/gpu-tests.xml || failed=" tests"; \
+	cd $(OUT)/notebooks && for nb in *.ipynb; do \
 	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=120 $$nb || failed="$$failed $$nb"; \
-	done; if [ -n "$$failed" ]; then echo "notebooks that failed:$$failed"; exit 1; fi; echo "every notebook ran"
+	done; if [ -n "$$failed" ]; then echo "gpu-test failed:$$failed"; exit 1; fi; echo "every test passed and every notebook ran"
 
 ## make bench: the benchmark on a CUDA host; a table on stdout, full numbers in $(OUT)/bench.json
 bench:

@@ -333,6 +333,22 @@ def test_bad_arguments_raise(device):
         assert c, c
 
 
+def test_cpu_tensors_refused_when_triton_is_compiled(monkeypatch):
+    # On a GPU machine Triton compiles the kernel, which cannot read host memory: CPU tensors get
+    # a clear error before any launch. On a CPU machine, pretend the interpreter is off.
+    import c2graph.fused as fused
+
+    monkeypatch.setattr(fused, "INTERPRET", False)
+    layer, alloc, pools = make_case(device="cpu")
+    batch = build([(0, 1, 5)], alloc, "cpu")
+    projected = random_projected(layer, batch.num_rows, 0)
+    before = pools.clone()
+    with pytest.raises(ValueError, match="projected is on cpu.*needs CUDA tensors"):
+        compress_fused(layer, projected, batch, pools)
+    for c in compare_pools(pools, before, skip_slot0=False):
+        assert c, c
+
+
 def test_sizes_must_be_powers_of_two():
     cfg = c2.Config(hidden=64, D=48, rope_dim=8, index_dim=16, page_size=16)
     layer, alloc, pools = make_case(cfg)

@@ -47,16 +47,16 @@ def frozen_offsets_figure(cfg: Config):
     from .pools import Pools
     from .source_layer import SourceLayer, project_fused
 
-    layer = SourceLayer(cfg, seed=5, device="cpu")
+    layer = SourceLayer(cfg, seed=5)  # the default device: the kernel runs compiled on a GPU
     alloc = ReqToTokenPool(cfg, 6, 96, seed=5)
-    pools = Pools(cfg, 6, alloc.kv_slots, device="cpu").poison()
+    pools = Pools(cfg, 6, alloc.kv_slots).poison()
     runner = BrokenOffsetsRunner(layer, pools, variant="python_ints", buckets=[32], request_slots=4)
     eager = pools.clone()
     for i, reqs in enumerate(([(0, 0, 5), (1, 0, 3), (2, 0, 8)], [(0, 5, 6), (1, 3, 7), (2, 8, 5)])):
         x = layer.random_hidden(sum(n for *_, n in reqs), seed=10 + i)
         rings_before = (pools.ring.clone(), eager.ring.clone())
         batch = runner.run(reqs, alloc, x).batch
-        compress_fused(layer, project_fused(layer, x), ExtendBatch.build(reqs, alloc, device="cpu"), eager)
+        compress_fused(layer, project_fused(layer, x), ExtendBatch.build(reqs, alloc), eager)
     return draw_wrong_slots(pools, eager, batch, cfg.ring_size, frozen_offsets=runner.static.extend_offsets,
                             rings_before=rings_before,
                             title="Offsets frozen at capture (python_ints): the slots a replay gets wrong")

@@ -323,6 +323,13 @@ def _check_launch_args(
     if not isinstance(grid_rows, int) or grid_rows < 0:
         raise ValueError(f"grid_rows = {grid_rows!r}; expected an int >= 0")
     dev = projected.device
+    if dev.type != "cuda" and not INTERPRET:
+        raise ValueError(
+            f"projected is on {dev}, but Triton runs compiled on this machine: the fused kernel "
+            "needs CUDA tensors (build the layer, batch and pools on the default device, cuda); "
+            "Triton's interpreter runs it on the CPU only when TRITON_INTERPRET=1 is set before "
+            "c2graph is imported"
+        )
     check_tensor("projected", projected, (T, 2 * D), torch.float32, dev)
     check_tensor("ring", ring, (ring.shape[0], 2 * D), torch.float32, dev)
     if ring.shape[0] % ring_size != 1:
