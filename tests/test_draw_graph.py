@@ -135,6 +135,9 @@ def test_static_buffers_of_the_fused_path():
         ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, "
          "std::array<char*, 1ul> >(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)",
          "vectorized_elementwise_kernel"),
+        ("void at::native::(anonymous namespace)::CatArrayBatchedCopy_contig<at::native::(anonymous "
+         "namespace)::OpaqueType<1u>, unsigned int, 1, 128, 1>(at::native::(anonymous namespace)::"
+         "OpaqueType<1u>*, unsigned int)", "CatArrayBatchedCopy_contig"),
         ("_fused_compress_kernel", "_fused_compress_kernel"),
         ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD"),
     ],

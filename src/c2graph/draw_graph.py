@@ -191,13 +191,14 @@ def node_label(node: str) -> str:
     Emulation: ``"aten.mul.Tensor"`` -> ``"mul"``, ``"c2graph.fused_compress.default"`` ->
     ``"c2graph::fused_compress"``. CUDA: the kernel's name without its namespace, template and
     argument list (``"void at::native::vectorized_elementwise_kernel<4, ...>(...)"`` ->
-    ``"vectorized_elementwise_kernel"``); copies and fills keep their first words.
+    ``"vectorized_elementwise_kernel"``, anonymous namespaces too); copies and fills keep their
+    first words.
     """
     parts = node.split(".")
     if len(parts) == 3 and all(p.isidentifier() for p in parts):
         ns, op, _ = parts
         return op if ns == "aten" else f"{ns}::{op}"
-    name = node.removeprefix("void ").strip()
+    name = node.removeprefix("void ").replace("(anonymous namespace)::", "").strip()
     for stop in ("<", "("):
         name = name.split(stop)[0]
     return name.split("::")[-1].strip() or node
@@ -247,7 +248,8 @@ def draw_graph_nodes(graphs: Mapping[str, Sequence[str]], *, top: int = 6, liste
             y = 0.985 - j * 0.062
             ax.add_patch(Rectangle((0.2, y - 0.02), 0.05, 0.04, facecolor=colours.get(label, OTHER_COLOUR),
                                    edgecolor=EDGE, lw=0.5))
-            ax.text(0.28, y, f"{counts[label]:>4} x {label}", ha="left", va="center", fontsize=8.5,
+            shown = label if len(label) <= 34 else label[:33] + "…"  # CUDA kernel names run long
+            ax.text(0.28, y, f"{counts[label]:>4} x {shown}", ha="left", va="center", fontsize=8.5,
                     family="monospace", gid="count")
         if len(ranked) > listed:
             rest = sum(counts[k] for k in ranked[listed:])

@@ -227,8 +227,15 @@ class _CudaGraph:
         self._stream = torch.cuda.Stream()
         self._nodes: list[str] | None = None
 
+    @contextlib.contextmanager
     def capturing(self):
-        return torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream)
+        # torch warns "The CUDA Graph is empty ... wrong device or stream" when a capture ends with
+        # no node. Here the stream is always the graph's own, and an empty graph comes from a
+        # capture that failed before recording anything: its error already says why.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
+            with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream):
+                yield
 
     def replay(self) -> None:
         self._graph.replay()
