@@ -230,8 +230,9 @@ class _CudaGraph:
     @contextlib.contextmanager
     def capturing(self):
         # torch warns "The CUDA Graph is empty ... wrong device or stream" when a capture ends with
-        # no node. Here the stream is always the graph's own, and an empty graph comes from a
-        # capture that failed before recording anything: its error already says why.
+        # no node. Here the stream is always the graph's own, so that hint never applies: a graph
+        # is empty because its capture recorded nothing (mostly one that failed first, and its
+        # error already says why), and the emulation is silent there too.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
             with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream):
