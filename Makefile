@@ -38,7 +38,7 @@ notebooks: $(STAMP)
 
 ## make figures: write the figures a reader needs outside Jupyter to figures/
 figures: $(STAMP)
-	$(PY) -m c2graph.figures figures
+	$(PY) -m c2graph figures figures
 
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
 GPU_PY  ?= python3
@@ -67,7 +67,7 @@ gpu-notebooks:
 ## make bench: the benchmark on a CUDA host; a table on stdout, full numbers in $(OUT)/bench.json
 bench:
 	@mkdir -p $(OUT)
-	$(GPU_ENV) $(GPU_PY) -m c2graph.bench --out $(OUT)/bench.json
+	$(GPU_ENV) $(GPU_PY) -m c2graph bench --out $(OUT)/bench.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -15,9 +15,9 @@ from matplotlib.figure import Figure  # noqa: E402
 from support import POISON, make_case  # noqa: E402
 
 import c2graph as c2  # noqa: E402
-from c2graph.broken_offsets import BrokenOffsetsRunner  # noqa: E402
-from c2graph.draw import PADDING_COLOUR, request_colour  # noqa: E402
-from c2graph.draw_graph import (  # noqa: E402
+from c2graph.graphs.broken_offsets import BrokenOffsetsRunner  # noqa: E402
+from c2graph.pictures.draw import PADDING_COLOUR, request_colour  # noqa: E402
+from c2graph.pictures.draw_graph import (  # noqa: E402
     DIFFERS,
     EQUAL,
     NEVER_WRITTEN,

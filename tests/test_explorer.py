@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from support import POISON, make_case, ragged_requests
 
 import c2graph as c2
-from c2graph.explorer import EVEN_ROW, PADDING, PREVIOUS_ROW, explain, explain_batch, explorer_widget
-from c2graph.torch_path import park_mask, previous_row_is_partner, ring_read_rows
+from c2graph.pictures.explorer import EVEN_ROW, PADDING, PREVIOUS_ROW, explain, explain_batch, explorer_widget
+from c2graph.compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
 
 CFG = c2.Config.tiny()
 

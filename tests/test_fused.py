@@ -22,9 +22,11 @@ from support import (
 )
 
 import c2graph as c2
-from c2graph.check import compare, compare_pools
-from c2graph.fused import compress_fused, fused_compress_, minimum_bytes, program_plan
-from c2graph.opcount import count_cuda_kernels, count_ops
+from c2graph.measure.compare import compare, compare_pools
+from c2graph.compressor.fused import compress_fused, fused_compress_
+from c2graph.compressor.programs import program_plan
+from c2graph.measure.traffic import minimum_bytes
+from c2graph.measure.opcount import count_cuda_kernels, count_ops
 
 TOL = 2**-6  # fused vs torch, and fused vs the float64 reference (SPEC §7)
 
@@ -336,7 +338,7 @@ def test_bad_arguments_raise(device):
 def test_cpu_tensors_refused_when_triton_is_compiled(monkeypatch):
     # On a GPU machine Triton compiles the kernel, which cannot read host memory: CPU tensors get
     # a clear error before any launch. On a CPU machine, pretend the interpreter is off.
-    import c2graph.fused as fused
+    import c2graph.compressor.fused as fused
 
     monkeypatch.setattr(fused, "INTERPRET", False)
     layer, alloc, pools = make_case(device="cpu")

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from c2graph.graph import NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY, Graph, warmup
+from c2graph.graphs.graph import NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY, Graph, warmup
 
 SYNC_900 = "operation not permitted when stream is capturing"
 INVALID_901 = "operation failed due to a previous error during capture"

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from support import POISON, make_case
 
 import c2graph as c2
-from c2graph.broken_offsets import VARIANTS, BrokenOffsetsRunner
-from c2graph.check import compare_pools
-from c2graph.fused import BLOCK_M
+from c2graph.graphs.broken_offsets import VARIANTS, BrokenOffsetsRunner
+from c2graph.measure.compare import compare_pools
+from c2graph.compressor.fused import BLOCK_M
 
 HOST_COPY = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from support import POISON, make_case, ragged_requests, untouched_slots_keep_poison, written_slots_hold_no_poison
 
 import c2graph as c2
-from c2graph.check import compare, compare_pools
+from c2graph.measure.compare import compare, compare_pools
 
 # ---------------------------------------------------------------------------------------------
 # A float64 reference, written differently from the library: a plain loop over groups.
@@ -274,7 +274,7 @@ def test_extend_offsets_follow_spec():
 
 def test_devices_match_by_type_and_index():
     """``cuda`` matches ``cuda:0``; ``cuda:1`` does not match ``cuda:0`` (no GPU needed to check)."""
-    from c2graph.validate import same_device
+    from c2graph.compressor.arguments import same_device
 
     d = torch.device
     assert same_device(d("cuda"), d("cuda:0")) and same_device(d("cpu"), d("cpu"))

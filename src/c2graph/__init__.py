@@ -1,26 +1,39 @@
 """c2graph: DeepSeek-V4.1's ratio-2 KV compressor, CUDA graphs, and a fused Triton kernel.
 
 Importing the package decides how Triton runs: compiled on a CUDA machine, interpreted
-(``TRITON_INTERPRET=1``, set before Triton is imported) everywhere else.
+(``TRITON_INTERPRET=1``, set before Triton is imported) everywhere else. It prints nothing:
+``c2graph.banner()`` says which machine this is, where a notebook wants to show it.
+
+The parts, one subpackage each: :mod:`c2graph.compressor` (the layer, the batch, the caches, the
+torch and fused paths), :mod:`c2graph.graphs` (capture, replay, the prefill graph runner),
+:mod:`c2graph.pictures` (drawings and the explorer), :mod:`c2graph.measure` (comparing,
+counting, benchmarking).
 """
 
 from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  # noqa: I001  (first)
-from .batch import ExtendBatch, Request
-from .config import Config
-from .explorer import explain_batch, explorer_widget
-from .extend_offsets import build_extend_offsets, check_extend_offsets
-from .fused import BLOCK_M, compress_fused, fused_compress_, minimum_bytes, program_plan
-from .graph import Graph, warmup
-from .opcount import count_cuda_kernels, count_ops
-from .pools import Pools
-from .prefill_graph import PrefillGraphRunner, PrefillStep
-from .req_to_token import ReqToTokenPool
-from .ring import new_ring, ring_row
-from .source_layer import SourceLayer, project, project_fused, split_projected
-from .torch_path import compress_torch
+from .compressor.batch import ExtendBatch, Request
+from .compressor.config import Config
+from .pictures.explorer import explain_batch, explorer_widget
+from .compressor.extend_offsets import build_extend_offsets, check_extend_offsets
+from .compressor.fused import BLOCK_M, compress_fused, fused_compress_
+from .compressor.programs import program_plan
+from .compressor.rows import BatchPlan, Partner, RowPlan, plan_rows
+from .measure.traffic import minimum_bytes
+from .graphs.graph import Graph, warmup
+from .measure.opcount import count_cuda_kernels, count_ops
+from .compressor.pools import Pools
+from .graphs.prefill_graph import PrefillGraphRunner, PrefillStep
+from .compressor.req_to_token import ReqToTokenPool
+from .compressor.ring import new_ring, ring_row
+from .compressor.source_layer import SourceLayer, project, project_fused, split_projected
+from .compressor.torch_path import compress_torch
 
 __all__ = [
     "BLOCK_M",
+    "BatchPlan",
+    "Partner",
+    "RowPlan",
+    "plan_rows",
     "DEFAULT_DEVICE",
     "HAS_CUDA",
     "INTERPRET",
@@ -54,5 +67,4 @@ __all__ = [
     "warmup",
 ]
 
-print(banner())
 __version__ = "0.1.0"

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import ExtendBatch, Request, check_requests
-from .fused import compress_fused
+from ..compressor.batch import ExtendBatch, Request, check_requests
+from ..compressor.fused import compress_fused
 from .graph import Graph, warmup
-from .pools import Pools
-from .req_to_token import ReqToTokenPool
-from .source_layer import SourceLayer, check_hidden, project, project_fused
-from .torch_path import compress_torch
-from .validate import check_layer_batch_pools
+from ..compressor.pools import Pools
+from ..compressor.req_to_token import ReqToTokenPool
+from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
+from ..compressor.torch_path import compress_torch
+from ..compressor.arguments import check_layer_batch_pools
 
 
 @dataclass

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ._runtime import DEFAULT_DEVICE
+from .._runtime import DEFAULT_DEVICE
 from .config import Config
 
 

@@ -30,13 +30,13 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
-from ._runtime import INTERPRET
+from .._runtime import INTERPRET
 from .batch import ExtendBatch
 from .config import Config
 from .extend_offsets import check_extend_offsets
 from .pools import Pools
 from .source_layer import SourceLayer
-from .validate import check_layer_batch_pools, check_projected, check_tensor
+from .arguments import check_layer_batch_pools, check_projected, check_tensor
 
 BLOCK_M = 16
 """Rows per program. ``tl.dot`` needs every dimension >= 16, so this is also the smallest legal M."""
@@ -468,62 +468,3 @@ def compress_fused(
         cfg.eps, cfg.ring_size, T,
     )
     return latent_out
-
-
-# --------------------------------------------------------------------------------------------
-# What each program does, and what the path must move (for pictures and the notebook)
-# --------------------------------------------------------------------------------------------
-
-
-def program_plan(batch: ExtendBatch, ring_size: int, block_m: int = BLOCK_M) -> list[dict]:
-    """The kernel's decisions for ``batch``, program by program, recomputed on the host.
-
-    One dict per program: ``rows`` (its range), ``groups`` (rows that store a latent), ``from_ring``
-    (group rows whose partner is a ring row), ``parks`` (``{ring row: batch row}`` it writes).
-    Reads the batch's tensors (a host sync): for pictures and checks, never inside a capture.
-    """
-    starts, counts = batch.extend_offsets.tolist()
-    pos, req, raw = (t.tolist() for t in (batch.pos, batch.req, batch.raw_out_loc))
-    T = batch.num_rows
-    plan = []
-    for lo in range(0, T, block_m):
-        rows = range(lo, min(lo + block_m, T))
-        entry = {"rows": rows, "groups": [], "from_ring": [], "parks": {}}
-        for row in rows:
-            slot = sum(s <= row for s in starts) - 1
-            if slot < 0 or row >= starts[slot] + counts[slot] or pos[row] % 2 == 0 or raw[row] == 0:
-                continue
-            entry["groups"].append(row)
-            if row == starts[slot]:
-                entry["from_ring"].append(row)
-        for s, c in zip(starts, counts):
-            if lo <= s < lo + block_m:
-                for row in range(s + c - min(c, ring_size), s + c):
-                    if raw[row] != 0:
-                        entry["parks"][req[row] * ring_size + pos[row] % ring_size] = row
-        plan.append(entry)
-    return plan
-
-
-def minimum_bytes(cfg: Config, batch: ExtendBatch) -> dict[str, int]:
-    """Bytes any implementation of the c2 compressor must move for ``batch`` (host-side counts).
-
-    Reads: the ``[T, 2D]`` fp32 buffer, the per-row metadata (``pos``, ``req``, ``raw_out_loc``:
-    int64), the extend offsets, the weights, and one ring row per request that starts at an
-    odd position. Writes: a latent (bf16) and an index key (bf16) per group into the caches,
-    the pre-RoPE latent (bf16) per group, and each request's last ``min(rows, ring_size)``
-    ring rows (fp32).
-    """
-    T, D, I = batch.num_rows, cfg.D, cfg.index_dim
-    groups = len(batch.group_rows())
-    return {
-        "read | kv | score |": T * 2 * D * 4,
-        "read pos, req, raw_out_loc": 3 * T * 8,
-        "read extend offsets": batch.extend_offsets.numel() * 4,
-        "read weights": D * 2 + I * D * 2 + I * 2 + cfg.rope_dim // 2 * 4,
-        "read ring partners": len(batch.ring_partner_rows()) * 2 * D * 4,
-        "write kv_cache": groups * D * 2,
-        "write index_k": groups * I * 2,
-        "write latents": groups * D * 2,
-        "write ring": len(batch.parked_ring_rows(cfg.ring_size)) * 2 * D * 4,
-    }

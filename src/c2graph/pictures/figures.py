@@ -14,11 +14,11 @@ from pathlib import Path
 
 import matplotlib
 
-from .batch import ExtendBatch
-from .config import Config
+from ..compressor.batch import ExtendBatch
+from ..compressor.config import Config
 from .draw import draw_batch, draw_path, draw_ring
 from .draw_fused import draw_extend_offsets, draw_programs
-from .req_to_token import ReqToTokenPool
+from ..compressor.req_to_token import ReqToTokenPool
 
 POOL_REQUESTS = 4
 # Requests 1 and 2 were prefilled up to pos 5 and 12 by an earlier batch; request 0 is new.
@@ -41,11 +41,11 @@ def frozen_offsets_figure(cfg: Config):
     A first batch of three fresh requests, then three that continue it (odd, odd, even starts),
     replayed in a bucket of 32 rows next to the eager fused path; the picture marks each wrong slot.
     """
-    from .broken_offsets import BrokenOffsetsRunner
+    from ..graphs.broken_offsets import BrokenOffsetsRunner
     from .draw_graph import draw_wrong_slots
-    from .fused import compress_fused
-    from .pools import Pools
-    from .source_layer import SourceLayer, project_fused
+    from ..compressor.fused import compress_fused
+    from ..compressor.pools import Pools
+    from ..compressor.source_layer import SourceLayer, project_fused
 
     layer = SourceLayer(cfg, seed=5)  # the default device: the kernel runs compiled on a GPU
     alloc = ReqToTokenPool(cfg, 6, 96, seed=5)

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._runtime import DEFAULT_DEVICE
+from .._runtime import DEFAULT_DEVICE
 from .extend_offsets import build_extend_offsets
 from .req_to_token import ReqToTokenPool
 

@@ -23,16 +23,17 @@ import sys
 
 import torch
 
-from . import _runtime
-from .batch import ExtendBatch
-from .config import Config
-from .fused import compress_fused, minimum_bytes
+from .. import _runtime
+from ..compressor.batch import ExtendBatch
+from ..compressor.config import Config
+from ..compressor.fused import compress_fused
+from .traffic import minimum_bytes
 from .opcount import count_cuda_kernels
-from .pools import Pools
-from .prefill_graph import PrefillGraphRunner
-from .req_to_token import ReqToTokenPool
-from .source_layer import SourceLayer, project, project_fused
-from .torch_path import compress_torch
+from ..compressor.pools import Pools
+from ..graphs.prefill_graph import PrefillGraphRunner
+from ..compressor.req_to_token import ReqToTokenPool
+from ..compressor.source_layer import SourceLayer, project, project_fused
+from ..compressor.torch_path import compress_torch
 
 DEVICE = "cuda"
 

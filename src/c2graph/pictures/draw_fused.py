@@ -12,8 +12,9 @@ import matplotlib
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
-from .batch import ExtendBatch
-from .fused import BLOCK_M, program_plan
+from ..compressor.batch import ExtendBatch
+from ..compressor.fused import BLOCK_M
+from ..compressor.programs import program_plan
 
 _PAD = "#d9d9d9"
 _RING_READ = "#c0392b"

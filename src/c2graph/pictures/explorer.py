@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .batch import ExtendBatch
-from .config import Config
-from .req_to_token import ReqToTokenPool
+from ..compressor.batch import ExtendBatch
+from ..compressor.config import Config
+from ..compressor.req_to_token import ReqToTokenPool
 
 PADDING = "padding"
 PREVIOUS_ROW = "previous row"

@@ -25,11 +25,11 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from .batch import ExtendBatch
-from .check import bits_of
+from ..compressor.batch import ExtendBatch
+from ..measure.compare import bits_of
 from .draw import EDGE, PADDING_COLOUR, REQUEST_COLOURS, request_colour
-from .pools import Pools
-from .prefill_graph import PrefillGraphRunner
+from ..compressor.pools import Pools
+from ..graphs.prefill_graph import PrefillGraphRunner
 
 EQUAL = "equal"
 DIFFERS = "differs"

@@ -17,8 +17,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch, Rectangle
 
-from .batch import ExtendBatch
-from .config import Config
+from ..compressor.batch import ExtendBatch
+from ..compressor.config import Config
 from .explorer import BatchExplanation, explain
 
 # Okabe-Ito, without black (kept for edges and text) and yellow (too light on white).

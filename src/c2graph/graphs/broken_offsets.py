@@ -28,11 +28,11 @@ from collections.abc import Sequence
 
 import torch
 
-from .batch import ExtendBatch
-from .fused import fused_compress_
-from .pools import Pools
+from ..compressor.batch import ExtendBatch
+from ..compressor.fused import fused_compress_
+from ..compressor.pools import Pools
 from .prefill_graph import PrefillGraphRunner
-from .source_layer import SourceLayer
+from ..compressor.source_layer import SourceLayer
 
 VARIANTS: dict[str, str] = {
     "tolist": "reads the offsets back with .tolist() during capture",

@@ -1,0 +1,148 @@
+"""The row plan: what each row of an extend batch does, decided once, next to the batch.
+
+Which rows complete a group, where each group row's partner comes from, which c2 slot it
+stores, which rows are parked in the ring after the batch: every picture, check, explanation
+and host-side recomputation of the fused kernel asks :func:`plan_rows` instead of deciding
+again. It reads the batch's request list and ``raw_out_loc`` on the host (a sync): for
+pictures and checks, never inside a graph capture.
+
+The rules, for a row of request ``(pool_index, prefix_len, extend_len)`` at ``pos``:
+
+- a row at an odd ``pos`` completes the group ``(pos - 1, pos)`` and stores at c2 slot
+  ``raw_out_loc // 2``; a row at an even ``pos`` stores nothing;
+- a group row's partner is the previous batch row, except for the first row of a request that
+  starts at an odd position: that partner was parked in the ring by an earlier chunk, at ring row
+  ``pool_index * ring_size + (pos - 1) % ring_size``;
+- after the batch, each request's last ``min(extend_len, ring_size)`` rows are parked at ring
+  row ``pool_index * ring_size + pos % ring_size`` (all ring reads come first);
+- padding rows (``raw_out_loc == 0``, past the live rows) belong to no request and do nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from .batch import ExtendBatch
+
+
+class Partner(Enum):
+    """Where a row's partner comes from."""
+
+    PREVIOUS_ROW = "previous row"
+    RING = "ring"
+    NONE_EVEN = "none: even row"
+    PADDING = "padding"
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """One row of the batch and what it does. Fields that do not apply are ``None``: padding rows
+    have no ``request_slot``, ``req`` or ``pos``; rows that complete no group have no ``c2_slot``;
+    only a ring partner has a ``partner_ring_row``; only a parked row has a ``parked_in``."""
+
+    row: int
+    request_slot: int | None
+    req: int | None
+    pos: int | None
+    raw_out_loc: int
+    partner: Partner
+    partner_ring_row: int | None
+    c2_slot: int | None
+    parked_in: int | None
+
+    @property
+    def is_padding(self) -> bool:
+        return self.request_slot is None
+
+    @property
+    def completes_group(self) -> bool:
+        """The row is at an odd position: it completes a group and stores a latent."""
+        return self.c2_slot is not None
+
+    @property
+    def partner_row(self) -> int | None:
+        """The batch row of the partner, where it is the previous row."""
+        return self.row - 1 if self.partner is Partner.PREVIOUS_ROW else None
+
+    def partner_text(self) -> str:
+        """The partner in words: ``"previous row"``, ``"ring row N"``, ``"none: even row"``, ``"padding"``."""
+        if self.partner is Partner.RING:
+            return f"ring row {self.partner_ring_row}"
+        return self.partner.value
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """Every row of ``batch`` (:class:`RowPlan`), for a ring of ``ring_size`` rows per pool request."""
+
+    batch: ExtendBatch
+    ring_size: int
+    rows: tuple[RowPlan, ...]
+
+    @property
+    def group_rows(self) -> list[int]:
+        """Rows that complete a group (odd ``pos``), in batch order: exactly the rows that store."""
+        return [r.row for r in self.rows if r.completes_group]
+
+    @property
+    def ring_reads(self) -> dict[int, int]:
+        """``{batch row: ring row}`` for the group rows whose partner is read from the ring."""
+        return {r.row: r.partner_ring_row for r in self.rows if r.partner is Partner.RING}
+
+    @property
+    def stored_slots(self) -> list[int]:
+        """c2 slots the batch writes (``kv_cache`` and ``index_k``), one per group row, in batch order."""
+        return [r.c2_slot for r in self.rows if r.c2_slot is not None]
+
+    @property
+    def parked(self) -> dict[int, int]:
+        """``{ring row: batch row}`` written into the ring after the batch."""
+        return {r.parked_in: r.row for r in self.rows if r.parked_in is not None}
+
+    @property
+    def request_slot_of_row(self) -> list[int | None]:
+        """Each row's request slot (``None`` for padding), in batch order."""
+        return [r.request_slot for r in self.rows]
+
+
+def check_ring_size(ring_size) -> None:
+    if isinstance(ring_size, bool) or not isinstance(ring_size, int) or ring_size < 2:
+        raise ValueError(f"ring_size = {ring_size!r}; expected an int >= 2")
+
+
+def plan_rows(batch: ExtendBatch, ring_size: int) -> BatchPlan:
+    """The plan of every row of ``batch`` (see the module docstring for the rules)."""
+    check_ring_size(ring_size)
+    if not isinstance(batch, ExtendBatch):
+        raise ValueError(f"batch is a {type(batch).__name__}; expected an ExtendBatch")
+    raw = batch.raw_out_loc.cpu().tolist()
+    rows: list[RowPlan] = []
+    start = 0
+    for slot, r in enumerate(batch.requests):
+        n, R = r.extend_len, ring_size
+        for i in range(n):
+            row, pos = start + i, r.prefix_len + i
+            if pos % 2 == 0:
+                partner, ring_read = Partner.NONE_EVEN, None
+            elif i > 0:
+                partner, ring_read = Partner.PREVIOUS_ROW, None
+            else:
+                partner, ring_read = Partner.RING, r.pool_index * R + (pos - 1) % R
+            rows.append(
+                RowPlan(
+                    row=row,
+                    request_slot=slot,
+                    req=r.pool_index,
+                    pos=pos,
+                    raw_out_loc=raw[row],
+                    partner=partner,
+                    partner_ring_row=ring_read,
+                    c2_slot=raw[row] // 2 if pos % 2 == 1 else None,
+                    parked_in=r.pool_index * R + pos % R if i >= n - R else None,
+                )
+            )
+        start += n
+    for row in range(start, batch.num_rows):
+        rows.append(RowPlan(row, None, None, None, raw[row], Partner.PADDING, None, None, None))
+    return BatchPlan(batch, ring_size, tuple(rows))

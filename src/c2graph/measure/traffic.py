@@ -1,0 +1,30 @@
+"""The bytes the c2 compressor must move: the floor for a memory-bound kernel."""
+
+from __future__ import annotations
+
+from ..compressor.batch import ExtendBatch
+from ..compressor.config import Config
+
+
+def minimum_bytes(cfg: Config, batch: ExtendBatch) -> dict[str, int]:
+    """Bytes any implementation of the c2 compressor must move for ``batch`` (host-side counts).
+
+    Reads: the ``[T, 2D]`` fp32 buffer, the per-row metadata (``pos``, ``req``, ``raw_out_loc``:
+    int64), the extend offsets, the weights, and one ring row per request that starts at an
+    odd position. Writes: a latent (bf16) and an index key (bf16) per group into the caches,
+    the pre-RoPE latent (bf16) per group, and each request's last ``min(rows, ring_size)``
+    ring rows (fp32).
+    """
+    T, D, I = batch.num_rows, cfg.D, cfg.index_dim
+    groups = len(batch.group_rows())
+    return {
+        "read | kv | score |": T * 2 * D * 4,
+        "read pos, req, raw_out_loc": 3 * T * 8,
+        "read extend offsets": batch.extend_offsets.numel() * 4,
+        "read weights": D * 2 + I * D * 2 + I * 2 + cfg.rope_dim // 2 * 4,
+        "read ring partners": len(batch.ring_partner_rows()) * 2 * D * 4,
+        "write kv_cache": groups * D * 2,
+        "write index_k": groups * I * 2,
+        "write latents": groups * D * 2,
+        "write ring": len(batch.parked_ring_rows(cfg.ring_size)) * 2 * D * 4,
+    }
