@@ -87,7 +87,7 @@ def test_matches_what_compress_torch_writes(requests, padding, seed):
     live = sum(n for _, _, n in requests)
     batch = c2.ExtendBatch.build(requests, alloc, pad_to=live + padding, device=pools.device)
     ex = explain(batch, CFG.ring_size, pools.pool_requests)
-    latent = c2.compress_torch(layer, layer.random_hidden(batch.num_rows, seed), batch, pools)
+    latent = c2.compress_torch(layer, *c2.project(layer, layer.random_hidden(batch.num_rows, seed)), batch, pools)
     assert _changed_rows(pools.kv_cache) - {0} == set(ex.stored_slots)
     assert _changed_rows(pools.index_k) - {0} == set(ex.stored_slots)
     sentinel = pools.ring.shape[0] - 1
@@ -107,12 +107,12 @@ def test_ring_rows_read_are_the_ones_named(requests, seed):
     x = layer.random_hidden(batch.num_rows, seed)
     g = torch.Generator().manual_seed(seed)
     pools.ring[:-1] = torch.randn(pools.ring.shape[0] - 1, pools.ring.shape[1], generator=g)
-    base = c2.compress_torch(layer, x, batch, pools.clone())
+    base = c2.compress(layer, x, batch, pools.clone(), path="torch")
 
     def latents_after_changing(ring_rows):
         changed = pools.clone()
         changed.ring[list(ring_rows)] += 1.0
-        out = c2.compress_torch(layer, x, batch, changed)
+        out = c2.compress(layer, x, batch, changed, path="torch")
         return set(torch.nonzero((out.view(torch.int16) != base.view(torch.int16)).any(dim=1)).flatten().tolist())
 
     for row, k in ex.ring_reads.items():

@@ -56,7 +56,7 @@ def run_previous_chunk(layer, alloc, pools, requests, chunk_len: int, seed: int,
     if not prev:
         return
     batch = build(prev, alloc, device)
-    c2.compress_torch(layer, None, batch, pools, projected=random_projected(layer, batch.num_rows, seed))
+    c2.compress_torch(layer, *c2.split_projected(random_projected(layer, batch.num_rows, seed)), batch, pools)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -84,7 +84,7 @@ def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, 
     projected = random_projected(layer, batch.num_rows, seed + 2)
 
     want_pools, got_pools = pools.clone(), pools.clone()
-    want = c2.compress_torch(layer, None, batch, want_pools, projected=projected,
+    want = c2.compress_torch(layer, *c2.split_projected(projected), batch, want_pools,
                              latent_out=poisoned_latents(batch, cfg, device))
     got = compress_fused(layer, projected, batch, got_pools, latent_out=poisoned_latents(batch, cfg, device))
 
@@ -316,7 +316,7 @@ def test_bad_arguments_raise(device):
     batch = build([(0, 1, 5)], alloc, device)
     projected = random_projected(layer, batch.num_rows, 0)
     before = pools.clone()
-    kv, score = c2.split_projected(projected, layer.cfg.D)
+    kv, score = c2.split_projected(projected)
     cases = [
         ((projected.to(torch.bfloat16),), "dtype"),
         ((projected[:, : layer.cfg.D].contiguous(),), "shape"),
@@ -450,7 +450,7 @@ def test_launch_counts_on_the_dispatcher():
     with count_ops() as checked:
         compress_fused(layer, projected, batch, fused_pools, latent_out=fused_latent)
     with count_ops() as torch_path:
-        c2.compress_torch(layer, None, batch, torch_pools, projected=projected, latent_out=torch_latent)
+        c2.compress_torch(layer, *c2.split_projected(projected), batch, torch_pools, latent_out=torch_latent)
     print(f"\nlaunches: fused {fused.total}, torch path {torch_path.total}")
     assert dict(fused.counts) == {"c2graph.fused_compress.default": 1}
     # validate=True reads the offsets on the host: on a GPU that is one copy to the host, no kernel
@@ -468,7 +468,7 @@ def test_cuda_kernel_counts():
     latent = poisoned_latents(batch, layer.cfg, "cuda")
     fused = count_cuda_kernels(lambda: compress_fused(layer, projected, batch, pools, latent_out=latent))
     torch_path = count_cuda_kernels(
-        lambda: c2.compress_torch(layer, None, batch, pools, projected=projected, latent_out=latent)
+        lambda: c2.compress_torch(layer, *c2.split_projected(projected), batch, pools, latent_out=latent)
     )
     print(f"\nCUDA kernels: fused {fused.total}, torch path {torch_path.total}\n{torch_path.table(10)}")
     assert fused.total == 1, fused.table()

@@ -77,7 +77,7 @@ def test_torch_path_is_many_launches():
     batch = c2.ExtendBatch.build([(0, 1, 6), (1, 0, 5)], alloc, request_slots=3, pad_to=14)
     projected = c2.project_fused(layer, layer.random_hidden(batch.num_rows, 0))
     with count_ops() as ops:
-        c2.compress_torch(layer, None, batch, pools, projected=projected)
+        c2.compress_torch(layer, *c2.split_projected(projected), batch, pools)
     print(f"\ntorch path: {ops.total} ops\n{ops.table(top=8)}")
     assert ops.total > 30
     assert ops["aten.index_put_.default"] >= 3  # index_k, kv_cache and ring stores

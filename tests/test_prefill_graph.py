@@ -31,7 +31,7 @@ def eager(layer, pools, requests, alloc, x, pad_to=None):
         kv, score = (torch.zeros(batch.num_rows, layer.cfg.D, device=pools.device) for _ in range(2))
         k, s = c2.project(layer, x)
         kv[: batch.live_rows], score[: batch.live_rows] = k, s
-        c2.compress_torch(layer, None, batch, pools, projected=(kv, score))
+        c2.compress_torch(layer, kv, score, batch, pools)
     return batch
 
 

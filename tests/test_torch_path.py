@@ -59,7 +59,7 @@ def run_chunks(compress, layer, alloc, pools, chunks, hidden):
 
 
 def torch_compress(layer, x, batch, pools):
-    return c2.compress_torch(layer, x, batch, pools)
+    return c2.compress(layer, x, batch, pools, path="torch")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -121,9 +121,9 @@ def test_writes_exactly_the_group_slots_and_parked_rows(reqs, pad, data):
     seed = data.draw(st.integers(0, 2**16))
     layer, alloc, pools = make_case(seed=seed)
     batch = c2.ExtendBatch.build(reqs, alloc, request_slots=len(reqs) + 1, pad_to=sum(n for *_, n in reqs) + pad, device=pools.device)
-    x = layer.random_hidden(batch.num_rows, seed=seed)
+    x = layer.random_hidden(batch.num_rows, seed=seed)  # padding rows get junk, not zeros
     latent = torch.full((batch.num_rows, layer.cfg.D), POISON, dtype=torch.bfloat16, device=pools.device)
-    c2.compress_torch(layer, x, batch, pools, latent_out=latent)
+    c2.compress_torch(layer, *c2.project(layer, x), batch, pools, latent_out=latent)
 
     written = set(batch.stored_slots())
     assert not written_slots_hold_no_poison(pools, written)
@@ -145,10 +145,11 @@ def test_padding_rows_write_nothing():
     reqs = [(1, 3, 6), (4, 0, 5)]
     x = layer.random_hidden(11, seed=1)
     plain = pools.clone()
-    c2.compress_torch(layer, x, c2.ExtendBatch.build(reqs, alloc), plain)
+    c2.compress(layer, x, c2.ExtendBatch.build(reqs, alloc), plain, path="torch")
     padded = c2.ExtendBatch.build(reqs, alloc, request_slots=4, pad_to=32)
-    x_pad = torch.cat([x, layer.random_hidden(21, seed=2)])
-    c2.compress_torch(layer, x_pad, padded, pools)
+    # padding rows hold junk, not zeros: they must write nothing all the same
+    kv, score = c2.project(layer, torch.cat([x, layer.random_hidden(21, seed=2)]))
+    c2.compress_torch(layer, kv, score, padded, pools)
     for result in compare_pools(pools, plain):
         assert result, result
 
@@ -158,7 +159,7 @@ def test_idle_rank_with_only_padding_rows_writes_nothing():
     before = pools.clone()
     batch = c2.ExtendBatch.build([], alloc, request_slots=3, pad_to=16)
     assert batch.extend_offsets.tolist() == [[0, 0, 0], [0, 0, 0]]
-    c2.compress_torch(layer, layer.random_hidden(16, seed=3), batch, pools)
+    c2.compress_torch(layer, *c2.project(layer, layer.random_hidden(16, seed=3)), batch, pools)
     for result in compare_pools(pools, before):
         assert result, result
 
@@ -168,7 +169,7 @@ def test_a_request_starting_even_never_reads_its_stale_ring_rows():
     layer, alloc, pools = make_case(seed=7)
     pools.ring[2 * 2 : 2 * 2 + 2] = float("nan")  # pool request 2's rows
     batch = c2.ExtendBatch.build([(2, 0, 7)], alloc)
-    latent = c2.compress_torch(layer, layer.random_hidden(7, seed=4), batch, pools)
+    latent = c2.compress(layer, layer.random_hidden(7, seed=4), batch, pools, path="torch")
     assert not latent[batch.group_rows()].isnan().any()
     assert not pools.kv_cache[batch.stored_slots()].isnan().any()
 
@@ -178,25 +179,29 @@ def test_an_odd_first_row_pairs_with_its_ring_row():
     layer, alloc, pools = make_case(seed=8)
     x = layer.random_hidden(8, seed=5)
     whole = pools.clone()
-    c2.compress_torch(layer, x, c2.ExtendBatch.build([(0, 0, 8)], alloc), whole)
-    c2.compress_torch(layer, x[:3], c2.ExtendBatch.build([(0, 0, 3)], alloc), pools)
+    c2.compress(layer, x, c2.ExtendBatch.build([(0, 0, 8)], alloc), whole, path="torch")
+    c2.compress(layer, x[:3], c2.ExtendBatch.build([(0, 0, 3)], alloc), pools, path="torch")
     second = c2.ExtendBatch.build([(0, 3, 5)], alloc)
     assert second.ring_partner_rows() == [0]
-    c2.compress_torch(layer, x[3:], second, pools)
+    c2.compress(layer, x[3:], second, pools, path="torch")
     for result in compare_pools(pools, whole):
         assert result, result
 
 
 def test_projected_inputs_give_the_same_result():
-    """``x``, ``projected=(kv, score)`` and ``projected=| kv | score |`` are one computation."""
+    """``compress`` from ``x``, and ``compress_torch`` on separate or on one ``| kv | score |`` buffer, are one computation."""
     layer, alloc, pools = make_case(seed=9)
     batch = c2.ExtendBatch.build([(0, 1, 6), (3, 4, 5)], alloc)
     x = layer.random_hidden(batch.num_rows, seed=6)
     results = []
-    for projected in (None, c2.project(layer, x), c2.project_fused(layer, x)):
+    calls = (
+        lambda p: c2.compress(layer, x, batch, p, path="torch"),
+        lambda p: c2.compress_torch(layer, *c2.project(layer, x), batch, p),
+        lambda p: c2.compress_torch(layer, *c2.split_projected(c2.project_fused(layer, x)), batch, p),
+    )
+    for call in calls:
         p = pools.clone()
-        lat = c2.compress_torch(layer, None if projected is not None else x, batch, p, projected=projected)
-        results.append((p, lat))
+        results.append((p, call(p)))
     for p, lat in results[1:]:
         assert compare(lat, results[0][1], "latent")
         for result in compare_pools(p, results[0][0]):
@@ -239,22 +244,21 @@ def test_bad_tensors_raise_and_leave_the_pools_unchanged():
     before = pools.clone()
     ones = lambda *shape, dtype=torch.float32: torch.ones(*shape, dtype=dtype, device=pools.device)  # noqa: E731
     bad_calls = {
-        "dtype torch.float32": lambda: c2.compress_torch(layer, x.float(), batch, pools),
-        r"x has shape \(9, 32\)": lambda: c2.compress_torch(layer, x[:, :32], batch, pools),
-        "x has 8 rows": lambda: c2.compress_torch(layer, x[:8], batch, pools),
-        "x is on meta": lambda: c2.compress_torch(layer, x.to("meta"), batch, pools),
-        r"projected has shape \(9, 32\)": lambda: c2.compress_torch(layer, None, batch, pools, projected=ones(9, 32)),
-        "projected score has dtype": lambda: c2.compress_torch(
-            layer, None, batch, pools, projected=(ones(9, 32), ones(9, 32, dtype=torch.float64))
-        ),
-        "latent_out has dtype": lambda: c2.compress_torch(layer, x, batch, pools, latent_out=ones(9, 32)),
-        "pools.pool_requests": lambda: c2.compress_torch(
+        "dtype torch.float32": lambda: c2.compress(layer, x.float(), batch, pools, path="torch"),
+        r"x has shape \(9, 32\)": lambda: c2.compress(layer, x[:, :32], batch, pools, path="torch"),
+        "x has 8 rows": lambda: c2.compress(layer, x[:8], batch, pools, path="torch"),
+        "x is on meta": lambda: c2.compress(layer, x.to("meta"), batch, pools, path="torch"),
+        r"kv has shape \(9, 16\)": lambda: c2.compress_torch(layer, *c2.split_projected(ones(9, 32)), batch, pools),
+        "score has dtype": lambda: c2.compress_torch(
+            layer, ones(9, 32), ones(9, 32, dtype=torch.float64), batch, pools),
+        "latent_out has dtype": lambda: c2.compress(layer, x, batch, pools, latent_out=ones(9, 32), path="torch"),
+        "pools.pool_requests": lambda: c2.compress(
             layer, x, batch, c2.Pools(layer.cfg, 1, alloc.kv_slots, pools.device)
-        ),
-        "pools.kv_slots": lambda: c2.compress_torch(layer, x, batch, c2.Pools(layer.cfg, 6, 8, pools.device)),
-        "another Config": lambda: c2.compress_torch(
+        , path="torch"),
+        "pools.kv_slots": lambda: c2.compress(layer, x, batch, c2.Pools(layer.cfg, 6, 8, pools.device), path="torch"),
+        "another Config": lambda: c2.compress(
             layer, x, batch, c2.Pools(c2.Config.tiny(eps=1e-5), 6, alloc.kv_slots, pools.device)
-        ),
+        , path="torch"),
     }
     for match, call in bad_calls.items():
         with pytest.raises(ValueError, match=match):

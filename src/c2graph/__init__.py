@@ -27,6 +27,7 @@ from .compressor.req_to_token import ReqToTokenPool
 from .compressor.ring import new_ring, ring_row
 from .compressor.source_layer import SourceLayer, project, project_fused, split_projected
 from .compressor.torch_path import compress_torch
+from .compressor.compress import compress, layer_path, project_padded
 
 __all__ = [
     "BLOCK_M",
@@ -49,6 +50,7 @@ __all__ = [
     "banner",
     "build_extend_offsets",
     "check_extend_offsets",
+    "compress",
     "compress_fused",
     "count_cuda_kernels",
     "count_ops",
@@ -57,11 +59,13 @@ __all__ = [
     "explain_batch",
     "explorer_widget",
     "fused_compress_",
+    "layer_path",
     "minimum_bytes",
     "program_plan",
     "new_ring",
     "project",
     "project_fused",
+    "project_padded",
     "ring_row",
     "split_projected",
     "warmup",

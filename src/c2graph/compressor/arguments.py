@@ -61,8 +61,8 @@ def check_projected(layer: SourceLayer, projected, T: int, device: torch.device)
         if len(projected) != 2:
             raise ValueError(f"projected is a sequence of {len(projected)}; expected (kv, score)")
         kv, score = projected
-        check_tensor("projected kv", kv, (T, D), torch.float32, device)
-        check_tensor("projected score", score, (T, D), torch.float32, device)
+        check_tensor("kv", kv, (T, D), torch.float32, device)
+        check_tensor("score", score, (T, D), torch.float32, device)
         return kv, score
     check_tensor("projected", projected, (T, 2 * D), torch.float32, device)
     return projected[:, :D], projected[:, D:]

@@ -31,8 +31,7 @@ class ExtendBatch:
     - ``c2_slot``: ``[T]`` int64, ``raw_out_loc // 2`` on rows that complete a group (odd ``pos``),
       0 on every other row (the torch path sends its unwanted stores to c2 slot 0)
     - ``extend_offsets``: ``[2, request_slots]`` int32, first row and row count of each slot
-    - ``live_rows``: rows that belong to a request; ``kv_slots_needed``: 1 + the largest c2 slot
-      (both counted on the host, so checks need no sync)
+    - ``kv_slots_needed``: 1 + the largest c2 slot (counted on the host, so checks need no sync)
     """
 
     requests: tuple[Request, ...]
@@ -41,8 +40,12 @@ class ExtendBatch:
     raw_out_loc: torch.Tensor
     c2_slot: torch.Tensor
     extend_offsets: torch.Tensor
-    live_rows: int
     kv_slots_needed: int
+
+    @property
+    def live_rows(self) -> int:
+        """Rows that belong to a request (the rest, up to ``num_rows``, are padding)."""
+        return sum(r.extend_len for r in self.requests)
 
     @property
     def num_rows(self) -> int:
@@ -110,7 +113,6 @@ class ExtendBatch:
             raw_out_loc=raw.to(dev),
             c2_slot=c2_slot.to(dev),
             extend_offsets=offsets.to(dev),
-            live_rows=live,
             kv_slots_needed=int(c2_slot.max()) + 1 if num_rows else 1,
         )
 

@@ -105,6 +105,7 @@ def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None 
     return out
 
 
-def split_projected(projected: torch.Tensor, D: int) -> tuple[torch.Tensor, torch.Tensor]:
+def split_projected(projected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Views of the ``| kv | score |`` buffer: ``[T, 2D]`` -> ``(kv [T, D], score [T, D])``."""
+    D = projected.shape[1] // 2
     return projected[:, :D], projected[:, D:]

@@ -17,7 +17,7 @@ import torch
 from .batch import ExtendBatch
 from .pools import Pools
 from .ring import restore_sentinel, ring_row, sentinel_row
-from .source_layer import SourceLayer, project
+from .source_layer import SourceLayer
 from .arguments import check_layer_batch_pools, check_projected, check_tensor
 
 
@@ -130,30 +130,24 @@ def park(ring: torch.Tensor, kv: torch.Tensor, score: torch.Tensor, batch: Exten
 
 def compress_torch(
     layer: SourceLayer,
-    x: torch.Tensor | None,
+    kv: torch.Tensor,
+    score: torch.Tensor,
     batch: ExtendBatch,
     pools: Pools,
     *,
-    projected=None,
     latent_out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Compress one extend batch with torch ops: write ``pools.kv_cache``, ``pools.index_k``, ``pools.ring``.
 
-    ``x``: ``[T, hidden]`` bf16 hidden states, or ``None`` with ``projected`` given: either
-    ``(kv, score)`` (``[T, D]`` fp32 each) or one ``[T, 2D]`` fp32 ``| kv | score |`` buffer.
+    ``kv``, ``score``: ``[T, D]`` fp32 each, the source projection of every row (two buffers, or
+    the two halves of one ``| kv | score |`` buffer: :func:`~c2graph.compressor.source_layer.split_projected`).
     Returns the pre-RoPE latents ``[T, D]`` bf16 (``latent_out`` if given); only rows that
     complete a group are written, every other row keeps its value (NaN in a new buffer).
+    :func:`~c2graph.compressor.compress.compress` starts from the hidden states instead.
     """
     cfg, T = layer.cfg, batch.num_rows
     check_layer_batch_pools(layer, batch, pools)
-    if projected is None:
-        if x is None:
-            raise ValueError("x is None and projected is None; expected one of them")
-        if x.shape[0] != T:
-            raise ValueError(f"x has {x.shape[0]} rows; expected the batch's {T}")
-        kv, score = project(layer, x)
-    else:
-        kv, score = check_projected(layer, projected, T, pools.device)
+    kv, score = check_projected(layer, (kv, score), T, pools.device)
     if latent_out is None:
         latent_out = torch.full((T, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
     check_tensor("latent_out", latent_out, (T, cfg.D), torch.bfloat16, pools.device)

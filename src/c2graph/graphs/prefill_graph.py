@@ -33,6 +33,7 @@ from .graph import Graph, warmup
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
+from ..compressor.compress import compress, layer_path
 from ..compressor.torch_path import compress_torch
 from ..compressor.arguments import check_layer_batch_pools
 
@@ -79,7 +80,6 @@ class StaticBuffers:
             raw_out_loc=self.raw_out_loc[:bucket],
             c2_slot=self.c2_slot[:bucket],
             extend_offsets=self.extend_offsets,
-            live_rows=bucket,
             kv_slots_needed=1,
         )
 
@@ -126,11 +126,15 @@ class PrefillGraphRunner:
             raise ValueError(f"request_slots = {request_slots!r}; expected a positive int")
         self.layer, self.pools = layer, pools
         self.buckets, self.request_slots = buckets, request_slots
-        self.path = "fused" if layer.use_fused_gate else "torch"
         self.static = StaticBuffers(layer, buckets[-1], request_slots, pools.device)
         self.graphs: dict[int, Graph] = {}
         for bucket in reversed(buckets):  # largest first, as serving engines do
             self.graphs[bucket] = self._capture(bucket, warmup_iters)
+
+    @property
+    def path(self) -> str:
+        """``"fused"`` or ``"torch"``: the layer's own path (:func:`~c2graph.compressor.compress.layer_path`)."""
+        return layer_path(self.layer)
 
     # -- capture ----------------------------------------------------------------------------
 
@@ -141,8 +145,8 @@ class PrefillGraphRunner:
             compress_fused(self.layer, s.projected[:bucket], s.batch(bucket), self.pools,
                            latent_out=s.latent[:bucket], validate=False)
         else:
-            compress_torch(self.layer, None, s.batch(bucket), self.pools,
-                           projected=(s.kv[:bucket], s.score[:bucket]), latent_out=s.latent[:bucket])
+            compress_torch(self.layer, s.kv[:bucket], s.score[:bucket], s.batch(bucket), self.pools,
+                           latent_out=s.latent[:bucket])
 
     def _capture(self, bucket: int, warmup_iters: int) -> Graph:
         self.static.load_dummy(bucket)
@@ -212,17 +216,7 @@ class PrefillGraphRunner:
     def _run_eager(self, requests, allocator, x, pad_to) -> PrefillStep:
         batch = ExtendBatch.build(requests, allocator, request_slots=max(self.request_slots, len(requests)),
                                   pad_to=pad_to, device=self.pools.device)
-        T, D = batch.num_rows, self.layer.cfg.D
-        if self.path == "fused":
-            projected = torch.zeros(T, 2 * D, dtype=torch.float32, device=self.pools.device)
-            project_fused(self.layer, x, out=projected)
-            latent = compress_fused(self.layer, projected, batch, self.pools)
-        else:
-            kv, score = (torch.zeros(T, D, dtype=torch.float32, device=self.pools.device) for _ in range(2))
-            k, s = project(self.layer, x)
-            kv[: batch.live_rows], score[: batch.live_rows] = k, s
-            latent = compress_torch(self.layer, None, batch, self.pools, projected=(kv, score))
-        return PrefillStep("eager", None, batch, latent)
+        return PrefillStep("eager", None, batch, compress(self.layer, x, batch, self.pools))
 
     def nodes(self, bucket: int) -> list[str]:
         """The captured graph's nodes for ``bucket`` (recorded ops, or CUDA kernels of one replay).

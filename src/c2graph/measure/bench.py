@@ -32,7 +32,8 @@ from .opcount import count_cuda_kernels
 from ..compressor.pools import Pools
 from ..graphs.prefill_graph import PrefillGraphRunner
 from ..compressor.req_to_token import ReqToTokenPool
-from ..compressor.source_layer import SourceLayer, project, project_fused
+from ..compressor.compress import project_padded
+from ..compressor.source_layer import SourceLayer, split_projected
 from ..compressor.torch_path import compress_torch
 
 DEVICE = "cuda"
@@ -81,21 +82,15 @@ def bench_bucket(cfg: Config, bucket: int, n_requests: int, rep_ms: int, bandwid
         batch = ExtendBatch.build(requests, alloc, request_slots=n_requests, pad_to=bucket)
         x = layer.random_hidden(batch.live_rows, seed=1)
         name = "fused" if fused else "torch"
-        if fused:
-            projected = torch.zeros(bucket, 2 * cfg.D, device=DEVICE)
-            project_fused(layer, x, out=projected)
-            latent = torch.empty(bucket, cfg.D, dtype=torch.bfloat16, device=DEVICE)
+        projected = project_padded(layer, x, batch)
+        kv, score = split_projected(projected) if fused else projected
+        latent = torch.empty(bucket, cfg.D, dtype=torch.bfloat16, device=DEVICE)
 
-            def eager(projected=projected, batch=batch, latent=latent, layer=layer, pools=pools):
+        def eager(projected=projected, kv=kv, score=score, batch=batch, latent=latent, layer=layer, pools=pools):
+            if layer.use_fused_gate:
                 compress_fused(layer, projected, batch, pools, latent_out=latent, validate=False)
-        else:
-            kv, score = (torch.zeros(bucket, cfg.D, device=DEVICE) for _ in range(2))
-            k, s = project(layer, x)
-            kv[: batch.live_rows], score[: batch.live_rows] = k, s
-            latent = torch.empty(bucket, cfg.D, dtype=torch.bfloat16, device=DEVICE)
-
-            def eager(kv=kv, score=score, batch=batch, latent=latent, layer=layer, pools=pools):
-                compress_torch(layer, None, batch, pools, projected=(kv, score), latent_out=latent)
+            else:
+                compress_torch(layer, kv, score, batch, pools, latent_out=latent)
 
         runner = PrefillGraphRunner(layer, pools, buckets=[bucket], request_slots=n_requests)
         runner.refresh(batch, x)

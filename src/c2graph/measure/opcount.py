@@ -119,7 +119,7 @@ class count_ops(TorchDispatchMode):
     """Count the ops that reach torch's dispatcher inside the block::
 
         with count_ops() as ops:
-            compress_torch(layer, None, batch, pools, projected=projected)
+            compress_torch(layer, *split_projected(projected), batch, pools)
         ops.total, ops.table()
 
     Views and metadata ops are not counted (:func:`launches_kernel`); ops run as usual.
