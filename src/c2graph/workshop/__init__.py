@@ -1,0 +1,19 @@
+"""Workshop mode: the checks behind the notebooks' exercises.
+
+Each exercise has three cells, found by their cell tags:
+
+- ``exercise`` (markdown): the task, in words;
+- ``solution`` (code): the reader's function(s), top-level ``def``s with docstrings. The committed
+  notebook holds a working solution; ``make student`` writes copies to ``student/`` in which
+  every such body raises ``NotImplementedError``;
+- ``check`` (code): one call, ``check_something(the_function)``, that says pass, or shows in
+  words (and where it helps, a picture) which rows or slots differ. A check never raises because
+  the reader's function is wrong or unfinished: it reports it.
+
+A ``predict`` (markdown) cell asks the reader to predict a result before the cell that shows it;
+the answers are in ``notebooks/INSTRUCTOR.md``.
+"""
+
+from .check import CheckResult, run_check
+
+__all__ = ["CheckResult", "run_check"]
