@@ -1,4 +1,4 @@
-"""The torch path (SPEC §3-5): against a float64 reference, chunk invariance, poison, bad input."""
+"""The torch path: against a float64 reference, chunk invariance, poison, bad input."""
 
 from __future__ import annotations
 

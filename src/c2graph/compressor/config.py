@@ -1,4 +1,4 @@
-"""Dimensions of one ratio-2 source layer (SPEC §3)."""
+"""Dimensions of one ratio-2 source layer (the design page, docs/design.md, lists the math)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Extend offsets: where each request of a batch starts in the flattened rows, and how many rows it has.
 
-An int32 tensor ``[2, request_slots]`` (SPEC §5): ``[0, r]`` is the first row of request slot
+An int32 tensor ``[2, request_slots]``: ``[0, r]`` is the first row of request slot
 ``r``, ``[1, r]`` its row count. Slots past the batch hold count 0 and start equal to the number
 of live rows, so starts never decrease. Padding rows lie in no ``[start, start + count)``.
 """

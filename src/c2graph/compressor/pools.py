@@ -1,4 +1,4 @@
-"""The caches a source layer writes, and its ring (SPEC §2-4)."""
+"""The caches a source layer writes, and its ring (docs/design.md)."""
 
 from __future__ import annotations
 

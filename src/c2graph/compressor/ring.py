@@ -1,4 +1,4 @@
-"""The ring: each pool request's pending rows, kept between chunks of a chunked prefill (SPEC §4).
+"""The ring: each pool request's pending rows, kept between chunks of a chunked prefill (docs/design.md, "The ring").
 
 Shape ``[pool_requests * ring_size + 1, 2D]`` fp32; each row is ``| kv | score |`` of one token.
 Token ``pos`` of pool request ``req`` lives at row ``req * ring_size + pos % ring_size``. The last

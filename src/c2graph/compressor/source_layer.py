@@ -1,4 +1,4 @@
-"""A ratio-2 source layer: seeded weights and the source projection (SPEC §3, step 1)."""
+"""A ratio-2 source layer: seeded weights and the source projection (docs/design.md, step 1 of the math)."""
 
 from __future__ import annotations
 
