@@ -10,7 +10,7 @@ CPU_NBVAL := $(NBVAL) --nbval-cell-timeout=300
 # (the GPU is `make gpu-test`'s job), so they give the same results on every machine.
 CPU    := CUDA_VISIBLE_DEVICES=
 
-.PHONY: lab test unit nbval notebooks figures gpu-test gpu-notebooks bench clean
+.PHONY: lab test unit nbval notebooks figures gpu-wheels gpu-deps gpu-test gpu-notebooks bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,12 +43,26 @@ figures: $(STAMP)
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
 GPU_PY  ?= python3
 OUT     ?= gpu-out
-GPU_ENV  = PYTHONPATH=$(CURDIR)/src$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1
+# Packages a GPU host may lack (gpu-wheels.txt) are installed here from .whl/, with no network.
+GPU_SITE ?= /tmp/c2graph-gpu-site
+GPU_ENV  = PYTHONPATH=$(CURDIR)/src:$(GPU_SITE)$${PYTHONPATH:+:$$PYTHONPATH} PYTHONUNBUFFERED=1
 EXECUTE  = $(GPU_PY) -c 'import sys; from nbclient.cli import main; sys.exit(main())'
+
+## make gpu-wheels: download what gpu-test needs beyond torch and triton into .whl/ (on a machine
+## with network; carry .whl/ to a GPU host without one)
+gpu-wheels:
+	mkdir -p .whl
+	grep -v '^#' gpu-wheels.txt | xargs $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
+	  --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_5_x86_64 -d .whl
+
+gpu-deps:
+	@if [ -d .whl ]; then $(GPU_PY) -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+	  --upgrade --target $(GPU_SITE) .whl/*.whl; fi
 
 ## make gpu-test: every test against CUDA (GPU-marked ones included), then every notebook under
 ## nbval there: the same cells, compiled kernels and real CUDA graphs, the same stored outputs
-gpu-test:
+gpu-test: gpu-deps
 	@$(GPU_PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "gpu-test needs a CUDA device")'
 	@mkdir -p $(OUT)
 	@failed=""; \
@@ -58,7 +72,7 @@ gpu-test:
 	if [ -n "$$failed" ]; then echo "gpu-test failed:$$failed"; exit 1; fi; echo "every test and every notebook passed on CUDA"
 
 ## make gpu-notebooks: execute every notebook on CUDA into $(OUT)/notebooks, to read its timings
-gpu-notebooks:
+gpu-notebooks: gpu-deps
 	rm -rf $(OUT)/notebooks && mkdir -p $(OUT)/notebooks && cp notebooks/*.ipynb $(OUT)/notebooks/
 	cd $(OUT)/notebooks && failed=""; for nb in *.ipynb; do \
 	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=60 $$nb || failed="$$failed $$nb"; \
