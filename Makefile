@@ -40,6 +40,12 @@ notebooks: $(STAMP)
 figures: $(STAMP)
 	$(PY) -m c2graph figures figures
 
+## make student: student copies of every notebook in student/ (made afresh): every exercise's
+## solution replaced by a stub that raises NotImplementedError, outputs cleared
+.PHONY: student
+student: $(STAMP)
+	$(PY) -m c2graph.workshop.student notebooks student
+
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
 GPU_PY  ?= python3
 OUT     ?= gpu-out
