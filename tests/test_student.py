@@ -306,8 +306,8 @@ def test_a_check_that_passes_on_the_stub_is_caught(tmp_path):
 def _exercises():
     found = [pytest.param(path, e, id=f"{path.stem}:{e.solution}")
              for path in NOTEBOOKS for e in find_exercises(nbformat.read(path, as_version=4), path.name)]
-    # With no exercise in any notebook, the fixture's tests above still exercise the machinery.
-    return found
+    return found or [pytest.param(None, None, id="no-exercises", marks=pytest.mark.skip(
+        reason="no notebook has an exercise yet; the fixture notebook's tests above run the same probe"))]
 
 
 @pytest.mark.parametrize("path, exercise", _exercises())
