@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no notebook to run in {args.notebooks}", file=sys.stderr)
         return 2
     found, start = [], time.monotonic()
+    committed = {name: (args.notebooks / name).read_bytes() for name in names}
     broken = self_check.broken_notebook()
     with running_lab(args.notebooks, {self_check.NAME: broken}) as lab, sync_playwright() as playwright:
         log(f"JupyterLab at {lab.url}, serving a copy of {args.notebooks}/")
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
                 found.append(f"self-check: {e}")
             for name in names:
                 log(f"{name}")
-                nb = json.loads((args.notebooks / name).read_text())
+                nb = json.loads(committed[name])
                 try:
                     found += check_notebook(page, name, nb, args.notebook_timeout, args.screens / f"{Path(name).stem}.png")
                 except (TimeoutError, RuntimeError, PlaywrightError) as e:
@@ -232,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             browser.close()
     took = time.monotonic() - start
+    found += [f"{name}: the committed notebook changed during the run (only a copy is served)"
+              for name, data in committed.items() if (args.notebooks / name).read_bytes() != data]
     if found:
         print(f"\nbrowser test FAILED ({len(found)} problem(s), {took:.0f} s):", file=sys.stderr)
         for line in found:
