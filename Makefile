@@ -40,6 +40,23 @@ notebooks: $(STAMP)
 figures: $(STAMP)
 	$(PY) -m c2graph figures figures
 
+## make student: student copies of every notebook in student/ (made afresh): every exercise's
+## solution replaced by a stub that raises NotImplementedError, outputs cleared
+.PHONY: student
+student: $(STAMP)
+	$(PY) -m c2graph.workshop.student notebooks student
+
+## make browser-test: every notebook run in JupyterLab in a real browser (Debian's chromium, driven
+## by Playwright) on the CPU; fails on an error output, a widget that does not render or a figure
+## missing; one screenshot per notebook in figures/screens/
+CHROMIUM ?= /usr/bin/chromium
+.PHONY: browser-test
+browser-test: $(STAMP)
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  $(if $(filter 0,$(shell id -u)),,sudo) apt-get update && \
+	  DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y chromium; fi
+	$(CPU) nice $(PY) tests/browser/run_notebooks.py --browser $(CHROMIUM) --notebooks notebooks --screens figures/screens
+
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
 GPU_PY  ?= python3
 OUT     ?= gpu-out
