@@ -56,6 +56,9 @@ def compare(
 ) -> Comparison:
     """Compare two tensors row by row (first dim). Bitwise when ``rtol == atol == 0``.
 
+    ``got``, ``want``: ``[N, ...]`` of one shape, any dtype (the bits of their own dtype are
+    compared bitwise; values in float64 within a tolerance).
+
     NaN equals NaN in the same place (an untouched row stays NaN in both). ``rows`` restricts
     the comparison to some rows (a bool mask, an index tensor, or a slice); ``skipped`` says, for
     the printed result, which rows that leaves out and why.
@@ -106,7 +109,9 @@ SLOT0_SKIPPED = "c2 slot 0 skipped: the torch path's dump slot"
 
 
 def compare_pools(got, want, *, rtol: float = 0.0, atol: float = 0.0, skip_slot0: bool = True) -> list[Comparison]:
-    """Compare the caches (within ``rtol``/``atol``) and the ring (always bitwise) of two :class:`Pools`.
+    """Compare the caches (within ``rtol``/``atol``) and the ring (always bitwise) of two :class:`Pools`:
+    ``kv_cache`` ``[kv_slots, D]`` bf16 and ``index_k`` ``[kv_slots, I]`` bf16 slot by slot, ``ring``
+    ``[pool_requests * ring_size + 1, 2D]`` fp32 row by row.
 
     c2 slot 0 is skipped by default, and the printed result says so: it belongs to the reserved
     page, and the torch path sends its unwanted stores there.

@@ -9,8 +9,8 @@ bounds that keep a picture readable in a notebook column.
   hue in these pictures always means a request slot.
 - A picture is at most :data:`MAX_WIDTH` inches wide and writes no text smaller than
   :data:`MIN_FONT` points: at a notebook's 100 dpi it fits a notebook column and is shown at
-  100% zoom, not shrunk. Pictures that grow with the rows thin their per-row labels
-  (:func:`label_step`) rather than shrink them.
+  100% zoom, not shrunk. Pictures that grow with the rows leave out the per-row labels that
+  would overlap (:func:`spaced`) rather than shrink them.
 """
 
 from __future__ import annotations
@@ -69,18 +69,6 @@ def text_width(text: str, size: float = FONT) -> float:
     props = FontProperties(size=size)
     return max(TextToPath().get_text_width_height_descent(line, props, ismath=False)[0]
                for line in text.split("\n"))
-
-
-def label_step(labels: list[str], cell_points: float, size: float = FONT) -> int:
-    """Label every ``step``-th cell so that none overlaps its neighbour: 1 when every label fits
-    its cell (``cell_points`` wide), 2 when every other one does, and so on."""
-    widest = max((text_width(s, size) for s in labels if s), default=0.0)
-    return max(1, math.ceil((widest + 2.0) / max(cell_points, 1e-6)))
-
-
-def cell_points(fig: Figure, axes_fraction: float, cells: float) -> float:
-    """Points across one of ``cells`` equal cells spread over ``axes_fraction`` of the figure's width."""
-    return fig.get_figwidth() * 72.0 * axes_fraction / max(cells, 1.0)
 
 
 def text_colour(face) -> str:
