@@ -54,13 +54,12 @@ def _points_per_unit(fig: Figure, units: float) -> float:
     return (fig.get_figwidth() - _Y_LABELS_INCHES) * 72.0 / max(units, 1.0)
 
 
-def _request_boundaries(ax, plan: BatchPlan, y0: float, y1: float, x_of=float) -> None:
-    """Dashed lines between requests and before the padding rows, over ``[y0, y1]``."""
+def _request_boundaries(ax, plan: BatchPlan, y0: float, y1: float) -> None:
+    """Dashed lines between requests and before the padding rows, over ``[y0, y1]`` (x: the row)."""
     batch = plan.batch
     for rows in plan.request_rows[1:] + [range(batch.live_rows, batch.num_rows)]:
         if rows and rows.start > 0:
-            x = (x_of(rows.start - 1) + x_of(rows.start)) / 2
-            ax.plot([x, x], [y0, y1], ls="--", lw=1.0, color=EDGE, zorder=1)
+            ax.plot([rows.start - 0.5] * 2, [y0, y1], ls="--", lw=1.0, color=EDGE, zorder=1)
 
 
 def _draw_rows(ax, plan: BatchPlan, y: float, x_of, width: float, ppu: float, height: float = 0.7) -> None:
@@ -158,9 +157,11 @@ def draw_batch(batch: ExtendBatch, ring_size: int, *, title: str | None = None) 
         Patch(facecolor="white", edgecolor=EDGE, lw=1.6, label="c2 slot the group writes"),
     ]
     if plan.ring_reads:
-        handles.insert(1, Patch(facecolor="#999999", edgecolor=EDGE, hatch="xx", label="group: partner read from the ring"))
+        ring_label = "group: partner read from the ring"
+        handles.insert(1, Patch(facecolor="#999999", edgecolor=EDGE, hatch="xx", label=ring_label))
     if T > batch.live_rows:
-        handles.insert(0, Patch(facecolor=PADDING_COLOUR, edgecolor=EDGE, hatch="///", label="padding row: writes nothing"))
+        pad_label = "padding row: writes nothing"
+        handles.insert(0, Patch(facecolor=PADDING_COLOUR, edgecolor=EDGE, hatch="///", label=pad_label))
     legend_below(fig, missing + handles)
     return fig
 
