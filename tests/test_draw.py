@@ -14,7 +14,6 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import c2graph as c2  # noqa: E402
 from c2graph.pictures.draw import draw_batch, draw_gate_weights, draw_path, draw_ring  # noqa: E402
-from c2graph.pictures.explorer import explain  # noqa: E402
 from c2graph.pictures.figures import main as figures_main  # noqa: E402
 
 CFG = c2.Config.tiny()
@@ -44,20 +43,22 @@ def close(fig: Figure) -> None:
 
 def test_draw_batch(batches):
     _, batch = batches
-    ex = explain(batch, CFG.ring_size)
+    plan = batch.plan(CFG.ring_size)
     fig = draw_batch(batch, CFG.ring_size)
     assert isinstance(fig, Figure) and len(fig.axes) == 1
     rows = by_gid(fig, "row")
     assert len(rows) == batch.num_rows == 16
     assert sum(r.get_hatch() == "///" for r in rows) == 16 - batch.live_rows
     groups = by_gid(fig, "group")
-    assert len(groups) == len(ex.group_rows) == len(batch.group_rows())
-    assert sum(g.get_hatch() == "xx" for g in groups) == len(batch.ring_partner_rows()) == 1
+    assert len(groups) == len(plan.group_rows) == 6
+    assert sum(g.get_hatch() == "xx" for g in groups) == len(plan.ring_reads) == 1
     slots = by_gid(fig, "c2slot")
-    assert len(slots) == len(batch.stored_slots())
+    assert len(slots) == len(plan.stored_slots)
     t = texts(fig)
-    assert all(str(s) in t for s in batch.stored_slots())
-    assert f"ring\nrow {ex.ring_reads[4]}" in t
+    assert all(str(s) in t for s in plan.stored_slots)
+    assert f"ring\nrow {plan.ring_reads[4]}" in t
+    labels = [x.replace("\n", " ") for x in t if x.startswith("request")]  # in one, two or three lines
+    assert labels == ["request slot 0 req 0", "request slot 1 req 1", "request slot 2 req 3"]
     assert fig.legends and len(fig.legends[0].get_texts()) == 4
     close(fig)
 
@@ -73,13 +74,13 @@ def test_draw_batch_legend_names_only_what_is_drawn():
 
 def test_draw_ring(batches):
     earlier, batch = batches
-    ex = explain(batch, CFG.ring_size, 4)
+    plan = batch.plan(CFG.ring_size)
     fig = draw_ring(batch, 4, CFG.ring_size, previous=earlier)
     assert isinstance(fig, Figure) and len(fig.axes) == 1
     assert len(by_gid(fig, "ring")) == 2 * (4 * CFG.ring_size + 1)
     assert len(by_gid(fig, "row")) == batch.num_rows
-    assert len(by_gid(fig, "read")) == len(ex.ring_reads) == 1
-    assert len(by_gid(fig, "park")) == len(batch.parked_ring_rows(CFG.ring_size))
+    assert len(by_gid(fig, "read")) == len(plan.ring_reads) == 1
+    assert len(by_gid(fig, "park")) == len(plan.parked) == 6
     t = texts(fig)
     # the earlier batch parked pos 3 and 4 of req 1; this one parks pos 8 and 9
     assert {"pos 3", "pos 4", "pos 8", "pos 9"} <= set(t)

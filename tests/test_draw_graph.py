@@ -12,11 +12,12 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.colors import to_hex  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from slot_cases import doctored_replay  # noqa: E402
 from support import POISON, make_case  # noqa: E402
 
 import c2graph as c2  # noqa: E402
 from c2graph.graphs.broken_offsets import BrokenOffsetsRunner  # noqa: E402
-from c2graph.pictures.draw import PADDING_COLOUR, request_colour  # noqa: E402
+from c2graph.pictures.style import PADDING_COLOUR, request_colour  # noqa: E402
 from c2graph.pictures.draw_graph import (  # noqa: E402
     DIFFERS,
     EQUAL,
@@ -24,7 +25,6 @@ from c2graph.pictures.draw_graph import (  # noqa: E402
     OTHER_COLOUR,
     STALE_COLOUR,
     STATE_COLOURS,
-    compare_slots,
     draw_graph_nodes,
     draw_static_buffers,
     draw_wrong_slots,
@@ -186,44 +186,7 @@ def test_draw_graph_nodes_of_a_captured_runner(torch_runner):
 
 @pytest.fixture
 def doctored():
-    """A batch, 'eager' pools with every written place filled, and 'graph' pools that differ from
-    them at one c2 slot, never wrote another c2 slot and one ring row.
-
-    Requests: (0, 0, 4) then (1, 3, 3): group rows 1, 3 (req 0), 4 (req 1's first row, at the odd
-    pos 3: partner in ring row 2) and 6; parked ring rows 0, 1 (req 0) and 2, 3 (req 1).
-    """
-    alloc = c2.ReqToTokenPool(CFG, 4, 64, seed=0)
-    batch = c2.ExtendBatch.build([(0, 0, 4), (1, 3, 3)], alloc, device="cpu")
-    eager = c2.Pools(CFG, 4, alloc.kv_slots, device="cpu").poison(POISON)
-    slots = batch.stored_slots()
-    for i, s in enumerate(slots):
-        eager.kv_cache[s] = float(i + 1)
-        eager.index_k[s] = float(-i - 1)
-    for k in batch.parked_ring_rows(CFG.ring_size):
-        eager.ring[k] = float(k + 10)
-    graph = eager.clone()
-    differs, never = slots[2], slots[3]  # rows 4 and 6
-    graph.kv_cache[differs] += 1.0
-    graph.kv_cache[never] = POISON
-    graph.index_k[never] = POISON
-    graph.ring[3] = POISON
-    return batch, graph, eager, differs, never
-
-
-def test_compare_slots(doctored):
-    batch, graph, eager, differs, never = doctored
-    report = compare_slots(graph, eager, batch, CFG.ring_size, poison=POISON)
-    assert [s.row for s in report.slots] == batch.group_rows() == [1, 3, 4, 6]
-    assert [s.state for s in report.slots] == [EQUAL, EQUAL, DIFFERS, NEVER_WRITTEN]
-    assert [s.partner for s in report.slots] == ["previous row", "previous row", "ring row 2", "previous row"]
-    assert [(s.index, s.row, s.state) for s in report.ring] == [
-        (0, 2, EQUAL), (1, 3, EQUAL), (2, 5, EQUAL), (3, 6, NEVER_WRITTEN)]
-    assert [s.index for s in report.wrong("c2 slot")] == [differs, never]
-    assert str(report) == (f"c2 slots: 2 of 4 wrong (1 differs [{differs}]; 1 never written [{never}]) | "
-                           "ring rows: 1 of 4 wrong (1 never written [3])")
-    assert not compare_slots(eager, eager.clone(), batch, CFG.ring_size).wrong()
-    with pytest.raises(ValueError, match="graph_pools is a Tensor; expected a Pools"):
-        compare_slots(graph.kv_cache, eager, batch, CFG.ring_size)
+    return doctored_replay()
 
 
 def test_draw_wrong_slots_colours_each_slot_by_its_state(doctored):
@@ -231,7 +194,7 @@ def test_draw_wrong_slots_colours_each_slot_by_its_state(doctored):
     fig = draw_wrong_slots(graph, eager, batch, CFG.ring_size, poison=POISON)
     assert isinstance(fig, Figure) and len(fig.axes) == 2
     cells = by_gid(fig, "slot")
-    assert len(cells) == len(batch.stored_slots()) == 4
+    assert len(cells) == len(batch.plan(CFG.ring_size).stored_slots) == 4
     assert [face(c) for c in cells] == [STATE_COLOURS[s].lower() for s in (EQUAL, EQUAL, DIFFERS, NEVER_WRITTEN)]
     assert [c.get_hatch() for c in cells] == [None, None, None, "xx"]
     ring = by_gid(fig, "ring")
@@ -239,7 +202,9 @@ def test_draw_wrong_slots_colours_each_slot_by_its_state(doctored):
     assert {face(c) for c in ring[:3]} == {STATE_COLOURS[EQUAL].lower()}
     t = texts(fig)
     assert str(differs) in t and str(never) in t and "row 4\npos 3" in t and "partner:\nring row 2" in t
-    assert "slot 1 (req 1)" in t
+    assert "request slot 1 (req 1)" in t
+    brackets = [ln for ln in fig.axes[0].lines if ln.get_linewidth() == 3.0]  # under each request's cells
+    assert [to_hex(ln.get_color()) for ln in brackets] == [request_colour(0).lower(), request_colour(1).lower()]
     assert fig.axes[0].get_title() == "graph vs eager: 2 of 4 c2 slots and 1 of 4 ring rows wrong"
     assert not by_gid(fig, "why")
     close(fig)
@@ -266,13 +231,12 @@ def test_draw_wrong_slots_of_a_broken_runner():
     for i, reqs in enumerate(([(0, 0, 5), (1, 0, 3), (2, 0, 8)], [(0, 5, 6), (1, 3, 7), (2, 8, 5)])):
         x = layer.random_hidden(sum(r[2] for r in reqs), seed=10 + i)
         batch = runner.run(reqs, alloc, x).batch
-        eager = c2.ExtendBatch.build(reqs, alloc, device=pools.device)
-        c2.compress_fused(layer, c2.project_fused(layer, x), eager, ref)
+        c2.compress(layer, x, c2.ExtendBatch.build(reqs, alloc, device=pools.device), ref)
     wrong = set(torch.nonzero((pools.kv_cache.float() != ref.kv_cache.float()).any(dim=1)).flatten().tolist())
     assert len(wrong) == 2
     fig = draw_wrong_slots(pools, ref, batch, CFG.ring_size, poison=POISON,
                            frozen_offsets=runner.static.extend_offsets)
-    cells = dict(zip(batch.stored_slots(), by_gid(fig, "slot")))
+    cells = dict(zip(batch.plan(CFG.ring_size).stored_slots, by_gid(fig, "slot")))
     assert {s for s, c in cells.items() if face(c) == STATE_COLOURS[DIFFERS].lower()} == wrong
     assert {face(c) for c in by_gid(fig, "ring")} == {STATE_COLOURS[NEVER_WRITTEN].lower()}  # nothing parked
     assert "graph used:\nrow 5" in [t.get_text() for t in by_gid(fig, "why")]  # request 1 paired with request 0

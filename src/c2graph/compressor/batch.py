@@ -1,16 +1,25 @@
-"""An extend batch: the rows of several requests, flattened, with their metadata (SPEC §5)."""
+"""An extend batch: the rows of several requests, flattened, with their metadata.
+
+Rows are the concatenation of the requests' extend tokens; padding rows (up to a bucket, or to
+the row count shared by data-parallel ranks) follow the live rows, with ``pos = 0`` and
+``raw_out_loc = 0``, and belong to no request. What each row does is the row plan
+(:meth:`ExtendBatch.plan`, :mod:`c2graph.compressor.rows`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from .._runtime import DEFAULT_DEVICE
 from .extend_offsets import build_extend_offsets
 from .req_to_token import ReqToTokenPool
+
+if TYPE_CHECKING:
+    from .rows import BatchPlan
 
 
 class Request(NamedTuple):
@@ -116,42 +125,46 @@ class ExtendBatch:
             kv_slots_needed=int(c2_slot.max()) + 1 if num_rows else 1,
         )
 
-    # What the batch must write, from the host-side request list (for checks and pictures).
+    # The layout of the rows, and what they do (the row plan), from the host-side request list.
 
     def row_ranges(self) -> list[range]:
-        """The rows of each request, in batch order."""
+        """The rows of each request slot, in batch order (what ``extend_offsets`` says)."""
         out, row = [], 0
         for r in self.requests:
             out.append(range(row, row + r.extend_len))
             row += r.extend_len
         return out
 
+    def plan(self, ring_size: int) -> "BatchPlan":
+        """What every row does, for a ring of ``ring_size`` rows per pool request (:func:`plan_rows`)."""
+        from .rows import plan_rows  # rows.py builds on this module
+
+        return plan_rows(self, ring_size)
+
+    def _ring_free_plan(self) -> "BatchPlan":
+        """The plan of the smallest ring, for what does not depend on the ring size (group rows,
+        c2 slots, which rows read the ring)."""
+        from .rows import MIN_RING_SIZE
+
+        return self.plan(MIN_RING_SIZE)
+
+    # Shortcuts to the plan, for checks and notebooks.
+
     def group_rows(self) -> list[int]:
         """Rows that complete a group (odd ``pos``): exactly the rows that store a latent."""
-        return [
-            row
-            for r, rows in zip(self.requests, self.row_ranges())
-            for i, row in enumerate(rows)
-            if (r.prefix_len + i) % 2 == 1
-        ]
+        return self._ring_free_plan().group_rows
 
     def ring_partner_rows(self) -> list[int]:
         """Rows whose partner comes from the ring: the first row of a request that starts odd."""
-        return [rows[0] for r, rows in zip(self.requests, self.row_ranges()) if rows and r.prefix_len % 2 == 1]
+        return sorted(self._ring_free_plan().ring_reads)
 
     def stored_slots(self) -> list[int]:
         """c2 slots this batch writes (in ``kv_cache`` and ``index_k``), one per group row."""
-        raw = self.raw_out_loc.cpu()
-        return [int(raw[row]) // 2 for row in self.group_rows()]
+        return self._ring_free_plan().stored_slots
 
     def parked_ring_rows(self, ring_size: int) -> dict[int, int]:
         """``{ring row: batch row}`` the batch parks: each request's last ``min(rows, ring_size)`` rows."""
-        out = {}
-        for r, rows in zip(self.requests, self.row_ranges()):
-            for row in rows[max(0, len(rows) - ring_size):]:
-                pos = r.prefix_len + (row - rows.start)
-                out[r.pool_index * ring_size + pos % ring_size] = row
-        return out
+        return self.plan(ring_size).parked
 
     def __repr__(self) -> str:
         reqs = ", ".join(f"({r.pool_index}, {r.prefix_len}, {r.extend_len})" for r in self.requests)

@@ -2,9 +2,9 @@
 
 Which rows complete a group, where each group row's partner comes from, which c2 slot it
 stores, which rows are parked in the ring after the batch: every picture, check, explanation
-and host-side recomputation of the fused kernel asks :func:`plan_rows` instead of deciding
-again. It reads the batch's request list and ``raw_out_loc`` on the host (a sync): for
-pictures and checks, never inside a graph capture.
+and host-side recomputation of the fused kernel asks :func:`plan_rows` (or
+:meth:`ExtendBatch.plan`) instead of deciding again. It reads the batch's request list and
+``raw_out_loc`` on the host (a sync): for pictures and checks, never inside a graph capture.
 
 The rules, for a row of request ``(pool_index, prefix_len, extend_len)`` at ``pos``:
 
@@ -16,6 +16,9 @@ The rules, for a row of request ``(pool_index, prefix_len, extend_len)`` at ``po
 - after the batch, each request's last ``min(extend_len, ring_size)`` rows are parked at ring
   row ``pool_index * ring_size + pos % ring_size`` (all ring reads come first);
 - padding rows (``raw_out_loc == 0``, past the live rows) belong to no request and do nothing.
+
+Which rows complete a group, which c2 slots they store and which partners come from the ring do
+not depend on ``ring_size``; only the ring rows read and parked do.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .batch import ExtendBatch
+
+MIN_RING_SIZE = 2
+"""The smallest ring: one pending pair per pool request."""
 
 
 class Partner(Enum):
@@ -74,11 +80,17 @@ class RowPlan:
 
 @dataclass(frozen=True)
 class BatchPlan:
-    """Every row of ``batch`` (:class:`RowPlan`), for a ring of ``ring_size`` rows per pool request."""
+    """Every row of ``batch`` (:class:`RowPlan`, in batch order), for a ring of ``ring_size`` rows
+    per pool request. ``print(plan)`` shows it as a table."""
 
     batch: ExtendBatch
     ring_size: int
     rows: tuple[RowPlan, ...]
+
+    @property
+    def request_rows(self) -> list[range]:
+        """The rows of each request slot of the batch, in batch order."""
+        return self.batch.row_ranges()
 
     @property
     def group_rows(self) -> list[int]:
@@ -105,10 +117,41 @@ class BatchPlan:
         """Each row's request slot (``None`` for padding), in batch order."""
         return [r.request_slot for r in self.rows]
 
+    def table(self) -> str:
+        """The rows as a text table, one line a row, then the ring writes."""
+        head = ("row", "request slot", "req", "pos", "group?", "partner", "c2 slot", "parked in")
+        lines = [
+            (
+                str(r.row),
+                _or_dash(r.request_slot),
+                _or_dash(r.req),
+                _or_dash(r.pos),
+                "yes" if r.completes_group else "-",
+                r.partner_text(),
+                _or_dash(r.c2_slot),
+                "-" if r.parked_in is None else f"ring row {r.parked_in}",
+            )
+            for r in self.rows
+        ]
+        widths = [max(len(s) for s in col) for col in zip(head, *lines)]
+        left = {5, 7}  # the columns in words
+        fmt = "  ".join(f"{{:<{w}}}" if i in left else f"{{:>{w}}}" for i, w in enumerate(widths))
+        out = [fmt.format(*head).rstrip()] + [fmt.format(*line).rstrip() for line in lines]
+        parked = ", ".join(f"row {row} -> ring row {ring}" for ring, row in sorted(self.parked.items()))
+        out.append(f"ring writes (after every read): {parked or 'none'}")
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _or_dash(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
 
 def check_ring_size(ring_size) -> None:
-    if isinstance(ring_size, bool) or not isinstance(ring_size, int) or ring_size < 2:
-        raise ValueError(f"ring_size = {ring_size!r}; expected an int >= 2")
+    if isinstance(ring_size, bool) or not isinstance(ring_size, int) or ring_size < MIN_RING_SIZE:
+        raise ValueError(f"ring_size = {ring_size!r}; expected an int >= {MIN_RING_SIZE}")
 
 
 def plan_rows(batch: ExtendBatch, ring_size: int) -> BatchPlan:
@@ -117,12 +160,11 @@ def plan_rows(batch: ExtendBatch, ring_size: int) -> BatchPlan:
     if not isinstance(batch, ExtendBatch):
         raise ValueError(f"batch is a {type(batch).__name__}; expected an ExtendBatch")
     raw = batch.raw_out_loc.cpu().tolist()
+    R = ring_size
     rows: list[RowPlan] = []
-    start = 0
-    for slot, r in enumerate(batch.requests):
-        n, R = r.extend_len, ring_size
-        for i in range(n):
-            row, pos = start + i, r.prefix_len + i
+    for slot, (r, span) in enumerate(zip(batch.requests, batch.row_ranges())):
+        for i, row in enumerate(span):
+            pos = r.prefix_len + i
             if pos % 2 == 0:
                 partner, ring_read = Partner.NONE_EVEN, None
             elif i > 0:
@@ -139,10 +181,9 @@ def plan_rows(batch: ExtendBatch, ring_size: int) -> BatchPlan:
                     partner=partner,
                     partner_ring_row=ring_read,
                     c2_slot=raw[row] // 2 if pos % 2 == 1 else None,
-                    parked_in=r.pool_index * R + pos % R if i >= n - R else None,
+                    parked_in=r.pool_index * R + pos % R if i >= len(span) - R else None,
                 )
             )
-        start += n
-    for row in range(start, batch.num_rows):
+    for row in range(batch.live_rows, batch.num_rows):
         rows.append(RowPlan(row, None, None, None, raw[row], Partner.PADDING, None, None, None))
     return BatchPlan(batch, ring_size, tuple(rows))

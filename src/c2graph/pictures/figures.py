@@ -1,4 +1,4 @@
-"""Write the figures a reader needs outside Jupyter: ``python -m c2graph.figures FOLDER``.
+"""Write the figures a reader needs outside Jupyter: ``python -m c2graph figures FOLDER``.
 
 The path diagram, a ragged batch (rows -> groups -> c2 slots) and the ring around it, the
 batch's extend offsets and the fused kernel's programs, and the slots a graph with frozen
@@ -15,10 +15,15 @@ from pathlib import Path
 import matplotlib
 
 from ..compressor.batch import ExtendBatch
+from ..compressor.compress import compress
 from ..compressor.config import Config
+from ..compressor.pools import Pools
+from ..compressor.req_to_token import ReqToTokenPool
+from ..compressor.source_layer import SourceLayer
+from ..graphs.broken_offsets import BrokenOffsetsRunner
 from .draw import draw_batch, draw_path, draw_ring
 from .draw_fused import draw_extend_offsets, draw_programs
-from ..compressor.req_to_token import ReqToTokenPool
+from .draw_graph import draw_wrong_slots
 
 POOL_REQUESTS = 4
 # Requests 1 and 2 were prefilled up to pos 5 and 12 by an earlier batch; request 0 is new.
@@ -41,12 +46,6 @@ def frozen_offsets_figure(cfg: Config):
     A first batch of three fresh requests, then three that continue it (odd, odd, even starts),
     replayed in a bucket of 32 rows next to the eager fused path; the picture marks each wrong slot.
     """
-    from ..graphs.broken_offsets import BrokenOffsetsRunner
-    from .draw_graph import draw_wrong_slots
-    from ..compressor.fused import compress_fused
-    from ..compressor.pools import Pools
-    from ..compressor.source_layer import SourceLayer, project_fused
-
     layer = SourceLayer(cfg, seed=5)  # the default device: the kernel runs compiled on a GPU
     alloc = ReqToTokenPool(cfg, 6, 96, seed=5)
     pools = Pools(cfg, 6, alloc.kv_slots).poison()
@@ -56,7 +55,7 @@ def frozen_offsets_figure(cfg: Config):
         x = layer.random_hidden(sum(n for *_, n in reqs), seed=10 + i)
         rings_before = (pools.ring.clone(), eager.ring.clone())
         batch = runner.run(reqs, alloc, x).batch
-        compress_fused(layer, project_fused(layer, x), ExtendBatch.build(reqs, alloc), eager)
+        compress(layer, x, ExtendBatch.build(reqs, alloc, device=layer.device), eager)
     return draw_wrong_slots(pools, eager, batch, cfg.ring_size, frozen_offsets=runner.static.extend_offsets,
                             rings_before=rings_before,
                             title="Offsets frozen at capture (python_ints): the slots a replay gets wrong")
@@ -86,7 +85,7 @@ def write_figures(folder: str | os.PathLike, dpi: int = 150) -> list[Path]:
 def main(argv: list[str] | None = None) -> None:
     """The command line. Uses the Agg backend: no display is needed (or opened)."""
     matplotlib.use("Agg")
-    parser = argparse.ArgumentParser(prog="python -m c2graph.figures", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m c2graph figures", description=__doc__.splitlines()[0])
     parser.add_argument("folder", help="where to write the PNGs (created if needed)")
     args = parser.parse_args(argv)
     for path in write_figures(args.folder):
