@@ -150,3 +150,18 @@ def test_raw_pointer_outside_a_launch_is_refused():
         with Graph(EMULATE).capture():
             pointer_only_(x)
     assert x.tolist() == [0.0] * 4
+
+
+def test_a_grid_read_from_a_tensor_is_refused():
+    """Emulation only: a launch's grid is host ints, so a tensor in it is read on the host, a sync.
+
+    The emulation refuses it with code 900 and invalidates the capture, as it does ``.item()``.
+    """
+    needs_triton(EMULATE)
+    x = torch.zeros(4)
+    programs = torch.tensor(1)
+    with pytest.raises(RuntimeError, match="operation failed due to a previous error during capture"):
+        with Graph(EMULATE).capture():
+            with pytest.raises(RuntimeError, match="reads a tensor's value on the host"):
+                _add_scalar_kernel[(programs,)](x, 4, 1.0, BLOCK=4)
+    assert x.tolist() == [0.0] * 4
