@@ -1,0 +1,167 @@
+"""Custom ops and Triton launches in a graph: one node each, replayed as launched, never as Python.
+
+Each scenario is written once and run on both backends (``tests/graph_backends.py``). A custom
+op's body runs once, at capture; a replay relaunches what it launched with the arguments it
+launched with, so a launcher that sizes its work from host state keeps the capture-time size.
+The emulation lists a custom op by its name, CUDA by the kernels it launched; a Triton kernel
+launched directly is its own name on both.
+"""
+
+from __future__ import annotations
+
+import c2graph  # noqa: F401, I001  (first: decides TRITON_INTERPRET before Triton is imported)
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from graph_backends import EMULATE, add_one_, backend, device_of, needs_triton  # noqa: F401
+
+from c2graph.graphs.graph import Graph
+
+# ``HOST`` is host-side state a launcher might keep (the live rows of the batch it last saw), and
+# counts the calls of the ops' Python.
+HOST = {"rows": 0, "calls": 0}
+
+
+@triton.jit
+def _add_scalar_kernel(x_ptr, n, scale, BLOCK: tl.constexpr):
+    """One program: ``x[:n] += scale``."""
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(x_ptr + offs, x + scale, mask=mask)
+
+
+@torch.library.custom_op("c2graph_test::add_scalar_triton_", mutates_args=("x",))
+def add_scalar_triton_(x: torch.Tensor, scale: float) -> None:
+    """``x += scale`` in place (``x``: a contiguous fp32 vector), by a one-program Triton kernel."""
+    _add_scalar_kernel[(1,)](x, x.numel(), scale, BLOCK=triton.next_power_of_2(x.numel()))
+
+
+@triton.jit
+def _double_blocks_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    """Program ``p`` doubles ``x[p * BLOCK : (p + 1) * BLOCK]`` (rows below ``n``)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2, mask=mask)
+
+
+@torch.library.custom_op("c2graph_test::double_rows_triton_", mutates_args=("x",))
+def double_rows_triton_(x: torch.Tensor) -> None:
+    """Double ``x[:HOST["rows"]]`` (fp32 vector): a grid of ``cdiv(rows, 2)`` programs of 2 rows."""
+    HOST["calls"] += 1
+    _double_blocks_kernel[(triton.cdiv(HOST["rows"], 2),)](x, x.numel(), BLOCK=2)
+
+
+@torch.library.custom_op("c2graph_test::double_rows_torch_", mutates_args=("x",))
+def double_rows_torch_(x: torch.Tensor) -> None:
+    """Double ``x[:HOST["rows"]]`` with a torch op on a slice."""
+    HOST["calls"] += 1
+    x[: HOST["rows"]].mul_(2)
+
+
+@torch.library.custom_op("c2graph_test::pointer_only_", mutates_args=("x",))
+def pointer_only_(x: torch.Tensor) -> None:
+    """Reads ``x``'s pointer, then ``x += 1`` with a torch op: no Triton launch."""
+    assert x.data_ptr() != 0
+    x.add_(1)
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def test_custom_op_is_one_node_and_replays(backend):
+    dev = device_of(backend)
+    x = torch.zeros(4, device=dev)
+    g = Graph(backend)
+    g.capture_fn(lambda: add_one_(x), warmup_iters=1)  # the warm-up runs it (x == 1), the capture does not
+    assert x.tolist() == [1.0] * 4
+    g.replay()
+    g.replay()
+    assert x.tolist() == [3.0] * 4
+    assert g.num_nodes == 1
+    if backend == EMULATE:  # the emulation names the op, CUDA the kernel its body launched
+        assert g.nodes() == ["c2graph_test.add_one_.default"]
+
+
+def test_triton_custom_op_replays_with_frozen_scalar(backend):
+    needs_triton(backend)
+    dev = device_of(backend)
+    x = torch.zeros(5, device=dev)
+    scale = 0.5
+    g = Graph(backend)
+    g.capture_fn(lambda: add_scalar_triton_(x, scale), warmup_iters=1)  # x == 0.5 after the warm-up
+    scale = 100.0  # noqa: F841  (frozen: replay adds 0.5)
+    g.replay()
+    assert x.tolist() == [1.0] * 5
+    # the emulation names the op, CUDA the kernel its body launched
+    assert g.nodes() == ["c2graph_test.add_scalar_triton_.default" if backend == EMULATE else "_add_scalar_kernel"]
+
+
+def test_directly_launched_triton_kernel_is_one_node(backend):
+    needs_triton(backend)
+    dev = device_of(backend)
+    x = torch.zeros(4, device=dev)
+    g = Graph(backend)
+    g.capture_fn(lambda: _add_scalar_kernel[(1,)](x, 4, 1.0, BLOCK=4), warmup_iters=1)
+    assert x.tolist() == [1.0] * 4  # the warm-up's launch; the capture launched nothing
+    g.replay()
+    g.replay()
+    assert x.tolist() == [3.0] * 4
+    assert g.nodes() == ["_add_scalar_kernel"]
+
+
+@pytest.mark.parametrize("body", ["triton", "torch"])
+def test_op_python_never_runs_on_replay(backend, body):
+    """A launcher sizes its work from host state; the graph keeps the capture-time size.
+
+    ``triton``: the grid is ``cdiv(HOST["rows"], 2)`` programs; ``torch``: a slice ``[:rows]``.
+    """
+    if body == "triton":
+        needs_triton(backend)
+    op = double_rows_triton_ if body == "triton" else double_rows_torch_
+    dev = device_of(backend)
+    x = torch.arange(1.0, 9.0, device=dev)
+    HOST.update(rows=4, calls=0)
+    g = Graph(backend)
+    g.capture_fn(lambda: op(x), warmup_iters=1)
+    assert HOST["calls"] == 2  # the warm-up and the capture
+    HOST["rows"] = 8  # the launcher's host state moves on; the captured launch does not
+    x.copy_(torch.arange(1.0, 9.0, device=dev) * 10)
+    g.replay()
+    g.replay()
+    assert x.tolist() == [40.0, 80.0, 120.0, 160.0, 50.0, 60.0, 70.0, 80.0]
+    assert HOST["calls"] == 2
+
+
+def test_raw_pointer_outside_a_launch_is_refused():
+    """Emulation only: memory reached through a raw pointer is invisible to it.
+
+    A CUDA capture records whatever kernel the pointer is handed to; the emulation could not
+    replay it, so it refuses ``data_ptr()`` outside a custom op or a Triton launch, and a custom
+    op that reads pointers but makes no Triton launch.
+    """
+    x = torch.zeros(4)
+    with pytest.raises(RuntimeError, match="raw pointer"):
+        with Graph(EMULATE).capture():
+            x.data_ptr()
+    with pytest.raises(RuntimeError, match="made no Triton launch"):
+        with Graph(EMULATE).capture():
+            pointer_only_(x)
+    assert x.tolist() == [0.0] * 4
+
+
+def test_a_grid_read_from_a_tensor_is_refused():
+    """Emulation only: a launch's grid is host ints, so a tensor in it is read on the host, a sync.
+
+    The emulation refuses it with code 900 and invalidates the capture, as it does ``.item()``.
+    """
+    needs_triton(EMULATE)
+    x = torch.zeros(4)
+    programs = torch.tensor(1)
+    with pytest.raises(RuntimeError, match="operation failed due to a previous error during capture"):
+        with Graph(EMULATE).capture():
+            with pytest.raises(RuntimeError, match="reads a tensor's value on the host"):
+                _add_scalar_kernel[(programs,)](x, 4, 1.0, BLOCK=4)
+    assert x.tolist() == [0.0] * 4
