@@ -29,7 +29,7 @@ from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.rows import Partner, plan_rows
 from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
-from ..graphs.graph import Graph
+from ..graphs.graph import Graph, warmup
 from ..pictures.draw import PADDING_COLOUR, request_colour
 from .check import CheckResult, run_check
 
@@ -198,8 +198,7 @@ class Captured:
 
 def capture(fn, *, warmup_iters: int = 1) -> Captured:
     """Warm ``fn()`` up eagerly, then capture one call of it in a :class:`~c2graph.graphs.graph.Graph`."""
-    for _ in range(warmup_iters):
-        fn()
+    warmup(fn, warmup_iters)
     graph, out, inside = Graph(), None, None
     try:
         with graph.capture():
