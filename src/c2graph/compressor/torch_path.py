@@ -1,13 +1,19 @@
-"""The torch path: the c2 compressor as plain torch ops, one line per step of SPEC §3-4.
+"""The torch path: the c2 compressor as plain torch ops, one line per step of the math.
 
 This is the reference the fused kernel is checked against, and what the engine's prefill
 graph ran before the fix: every line below is one or more small kernel launches.
 
 Its two reductions (the RMSNorm's sum of squares and the index-key GEMM), like the source
-projection in :mod:`c2graph.source_layer`, are accumulated in float64. bf16 values squared or
-multiplied are exact in float64 and so are sums of a few thousand of them, so each row's result
-does not depend on how many rows share the launch. That is what makes chunked prefill give
-bit-for-bit the caches of whole prefill.
+projection in :mod:`c2graph.compressor.source_layer`, are accumulated in float64, so that each
+row's result does not depend on how many rows share the launch, nor on the order of the sum:
+that is what makes chunked prefill give bit-for-bit the caches of whole prefill. Precisely: a
+product or square of bf16 values (8 significant bits each) has at most 16 significant bits and
+is exact in float64 (53). A sum of ``n`` such terms is exact, in any order, when the exponents of
+its terms span at most ``53 - 16 - log2(n)`` bits, since every partial sum then fits in 53 bits.
+The ``tiny`` preset's seeded activations stay well inside that bound. At the ``dsv41`` sizes the
+terms can span more than it allows (``n = 5120`` leaves 24.7 bits), so exactness is no longer
+guaranteed there, though the sums checked against exact integer arithmetic were exact; inputs
+of an extreme range can round, and a row's last bit could then depend on the order.
 """
 
 from __future__ import annotations
@@ -69,7 +75,11 @@ def gate(kv_prev: torch.Tensor, score_prev: torch.Tensor, kv: torch.Tensor, scor
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm over the last dim in fp32, rounded to bf16. ``x``: ``[T, N]`` bf16, ``weight``: ``[N]`` bf16."""
+    """RMSNorm over the last dim in fp32, rounded to bf16. ``x``: ``[T, N]`` bf16, ``weight``: ``[N]`` bf16.
+
+    The sum of squares is accumulated in float64: exact while the squares' exponents span at most
+    ``53 - 16 - log2(N)`` bits (see the module docstring), so independent of the reduction order.
+    """
     p = x.float()
     mean_sq = (p.double() ** 2).sum(-1, keepdim=True).div(p.shape[-1]).float()
     return (p * torch.rsqrt(mean_sq + eps) * weight.float()).to(torch.bfloat16)
@@ -96,7 +106,11 @@ def rope(x: torch.Tensor, group_pos: torch.Tensor, inv_freq: torch.Tensor) -> to
 
 
 def index_key(latent: torch.Tensor, layer: SourceLayer, group_pos: torch.Tensor) -> torch.Tensor:
-    """The index key from the pre-RoPE latent: ``wk``, ``k_norm``, RoPE. ``[T, D]`` -> ``[T, index_dim]`` bf16."""
+    """The index key from the pre-RoPE latent: ``wk``, ``k_norm``, RoPE. ``[T, D]`` -> ``[T, index_dim]`` bf16.
+
+    The ``wk`` GEMM is accumulated in float64, exact under the same bound as the RMSNorm's sum
+    (module docstring), then rounded to bf16.
+    """
     k = (latent.double() @ layer.wk.double().T).float().to(torch.bfloat16)
     return rope(rms_norm(k, layer.k_norm_w, layer.cfg.eps), group_pos, layer.inv_freq)
 

@@ -1,0 +1,172 @@
+"""Facts that notebooks 00, 01 and 03 state in prose, checked here rather than by asserts in cells,
+and the shape every one of those notebooks keeps (length, cells, tags, pointers)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import c2graph as c2
+from c2graph.compressor import torch_path as tp
+from c2graph.workshop import compressor as wc
+from c2graph.workshop.graphs import replay_against_eager
+
+ROOT = Path(__file__).resolve().parents[1]
+OURS = ("00_tour.ipynb", "01_the_ratio2_compressor.ipynb", "03_cuda_graphs_and_broken_offsets.ipynb")
+
+
+# --- float64 sums (notebook 01, step 1; torch_path's docstring) ----------------------------------
+
+
+def span_and_exact(terms: torch.Tensor) -> tuple[int, bool]:
+    """``terms``: ``[R, n]`` float64, each exact (a bf16 product or square). Returns the largest span
+    of the terms' exponents over the rows, and whether every row's float64 sum equals its exact sum
+    (computed in integers, in units of the row's smallest last bit)."""
+    mant, exp = torch.frexp(terms)
+    nonzero = terms != 0
+    big = torch.full_like(exp, 10**6)
+    span = int((torch.where(nonzero, exp, -big).amax(1) - torch.where(nonzero, exp, big).amin(1)).max())
+    ints = (mant * 2**16).round().long()  # 16 significant bits at most
+    unit = torch.where(nonzero, exp - 16, big).amin(1, keepdim=True)
+    shift = (exp - 16 - unit).clamp(min=0)
+    assert int(shift[nonzero].max()) <= 46  # every row's exact sum fits in int64
+    exact = torch.where(nonzero, ints * 2 ** shift, 0).sum(1)
+    as_float = torch.ldexp(exact.double(), unit.squeeze(1))
+    return span, bool(((terms.sum(1) == as_float) & (exact.abs() < 2**53)).all())
+
+
+def projection_terms(cfg, seed, rows, channels):
+    layer = c2.SourceLayer(cfg, seed=seed)
+    x = layer.random_hidden(rows, seed=seed + 1).double().cpu()
+    w = layer.wgate.double().cpu()[:channels]
+    return (x[:, None, :] * w[None, :, :]).reshape(-1, cfg.hidden)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_tiny_projection_sums_are_exact_by_the_bound(seed):
+    cfg = c2.Config.tiny()
+    span, exact = span_and_exact(projection_terms(cfg, seed, rows=32, channels=cfg.D))
+    assert span <= 53 - 16 - math.log2(cfg.hidden) and exact
+
+
+def test_dsv41_projection_sums_exceed_the_bound_yet_are_exact():
+    cfg = c2.Config.dsv41()
+    span, exact = span_and_exact(projection_terms(cfg, 0, rows=2, channels=64))
+    assert span > 53 - 16 - math.log2(cfg.hidden) and exact
+
+
+# --- launch counts (notebook 03, section 3) --------------------------------------------------------
+
+
+def ops(fn) -> int:
+    with c2.count_ops() as counted:
+        fn()
+    return counted.total
+
+
+def test_the_launch_counts_differ_by_what_they_count():
+    cfg = c2.Config.tiny()
+    layer = c2.SourceLayer(cfg, seed=1, use_fused_gate=False)
+    alloc = c2.ReqToTokenPool(cfg, 8, 96, seed=1)
+    pools = c2.Pools(cfg, 8, alloc.kv_slots)
+    batch = c2.ExtendBatch.build([(0, 0, 13)], alloc, pad_to=16)
+    x = layer.random_hidden(13, seed=0)
+    kv, score = c2.project_padded(layer, x, batch)
+    latent = torch.zeros(16, cfg.D, dtype=torch.bfloat16, device=pools.device)
+    given = ops(lambda: c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent))
+    runner = c2.PrefillGraphRunner(layer, pools, buckets=[16], request_slots=8)
+    assert len(runner.nodes(16)) == given > 100
+    assert ops(lambda: c2.compress_torch(layer, kv, score, batch, pools)) == given + 1  # the NaN latent buffer
+    assert ops(lambda: c2.compress(layer, x, batch, pools, path="torch")) > given + ops(lambda: c2.project(layer, x))
+    group_pos = batch.pos - batch.pos % 2
+    assert 0.15 * given < ops(lambda: tp.index_key(latent, layer, group_pos)) + 1 < 0.3 * given
+
+
+# --- capture and replay (notebook 03, sections 1 and 2) ----------------------------------------------
+
+
+def test_capture_freezes_ints_and_addresses():
+    n, x = 3, torch.arange(8.0)
+    g = c2.Graph()
+    with g.capture():
+        y, head = x * n, x[:n].sum()
+    x.copy_(torch.arange(8.0) + 1)
+    g.replay()
+    assert y.tolist() == [3.0 * v for v in range(1, 9)] and head.item() == 6.0
+
+
+def store_through_c2_slot(pools, latent, key, batch, layer):
+    """The graph-safe store of notebook 03's exercise."""
+    group_pos = batch.pos - batch.pos % 2
+    pools.kv_cache[batch.c2_slot] = wc.my_rope(latent, group_pos, layer.inv_freq)
+    pools.index_k[batch.c2_slot] = key
+
+
+def compress_with(store, park):
+    def compress(layer, x, batch, pools):
+        cfg = layer.cfg
+        kv, score = wc.my_project(x, layer)
+        pooled, _ = wc.my_gate(*wc.my_pair(kv, score, batch, pools.ring, cfg.ring_size), kv, score)
+        latent = wc.my_rms_norm(pooled.to(torch.bfloat16), layer.norm_w, cfg.eps)
+        store(pools, latent, wc.my_index_key(latent, layer, batch.pos - batch.pos % 2), batch, layer)
+        park(pools.ring, kv, score, batch, cfg.ring_size)
+    return compress
+
+
+BATCHES = [[(0, 0, 5), (1, 0, 6), (2, 0, 4)], [(0, 5, 4), (1, 6, 3), (2, 4, 5)], [], [(3, 0, 16)]]
+
+
+def test_notebook_01s_compressor_is_refused_at_its_store():
+    report = replay_against_eager(wc.my_compress, BATCHES)
+    assert not report.ok and report.where.startswith("my_store:")
+    assert report.error == "CUDA error: operation not permitted when stream is capturing"
+
+
+def test_with_a_graph_safe_store_the_host_park_replays_wrong_ring_rows():
+    report = replay_against_eager(compress_with(store_through_c2_slot, wc.my_park), BATCHES[:2])
+    kv_cache, index_k, ring = report.batches[0][1]
+    assert kv_cache and index_k and not ring  # the first batch: caches right, ring wrong
+    assert not report.batches[1][1][0]  # the second batch reads a wrong ring row: a c2 slot differs
+
+
+def test_with_both_graph_safe_changes_every_replay_equals_eager():
+    def park(ring, kv, score, batch, ring_size):
+        tp.park(ring, kv, score, batch, ring_size)
+
+    assert replay_against_eager(compress_with(store_through_c2_slot, park), BATCHES, seed=3).ok
+
+
+# --- the notebooks themselves ------------------------------------------------------------------------
+
+
+def notebook(name: str) -> list[dict]:
+    return json.loads((ROOT / "notebooks" / name).read_text())["cells"]
+
+
+def text(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_notebook_shape(name):
+    nb = notebook(name)
+    assert 25 <= len(nb) <= 60
+    code = [text(c) for c in nb if c["cell_type"] == "code"]
+    assert max(len(c.splitlines()) for c in code) <= 16
+    assert code[0].startswith("# NBVAL_IGNORE_OUTPUT") and "c2.environment()" in code[0]
+    assert any("predict" in c.get("metadata", {}).get("tags", []) for c in nb)
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_every_code_cell_is_executed(name):
+    assert all(c["execution_count"] for c in notebook(name) if c["cell_type"] == "code")
+
+
+def test_the_map_and_the_last_section_point_to_the_next_notebooks():
+    tour = "".join(text(c) for c in notebook("00_tour.ipynb"))
+    assert "04_static_offsets" in tour and "05_performance" in tour
+    assert "04_static_offsets.ipynb" in text(notebook("03_cuda_graphs_and_broken_offsets.ipynb")[-1])

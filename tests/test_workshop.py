@@ -1,0 +1,220 @@
+"""The exercises of notebooks 01 and 03 and their checks.
+
+Each check passes on the solution the notebook holds, and reports (never raises) a student's stub
+that raises ``NotImplementedError`` and a plausible wrong solution. Notebook 01's functions and
+their copies in ``c2graph.workshop.compressor`` are the same code, and compute what the library's
+torch path computes.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import POISON, make_case, ragged_requests
+
+import c2graph as c2
+from c2graph.measure.compare import compare_pools
+from c2graph.workshop import CheckResult
+from c2graph.workshop import compressor as wc
+from c2graph.workshop import graphs as wg
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+WORKSHOP = ("01_the_ratio2_compressor.ipynb", "03_cuda_graphs_and_broken_offsets.ipynb")
+
+
+def cells(name: str) -> list[dict]:
+    return json.loads((NOTEBOOKS / name).read_text())["cells"]
+
+
+def tags(cell: dict) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
+
+
+def source(cell: dict) -> str:
+    return "".join(cell["source"])
+
+
+def exercises(name: str) -> list[tuple[str, str]]:
+    """``(solution source, check source)`` of each exercise, in notebook order."""
+    nb = cells(name)
+    return [(source(nb[i + 1]), source(nb[i + 2])) for i, c in enumerate(nb) if "exercise" in tags(c)]
+
+
+def namespace() -> dict:
+    """What a notebook's solution and check cells can see: torch and the workshop modules."""
+    ns: dict = {}
+    exec("import torch\nfrom c2graph.workshop.compressor import *\nfrom c2graph.workshop.graphs import *", ns)
+    return ns
+
+
+def stubbed(solution: str) -> str:
+    """The student copy of a solution cell: each function keeps its signature and docstring, and raises."""
+    tree = ast.parse(solution)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            doc = node.body[:1] if ast.get_docstring(node) else []
+            node.body = doc + [ast.parse("raise NotImplementedError('write this function')").body[0]]
+    return ast.unparse(tree)
+
+
+ALL_EXERCISES = [(name, i) for name in WORKSHOP for i in range(len(exercises(name)))]
+
+
+def test_every_exercise_has_a_solution_and_one_check_call():
+    assert [len(exercises(name)) for name in WORKSHOP] == [3, 2]
+    for name in WORKSHOP:
+        for solution, check in exercises(name):
+            assert all(isinstance(n, ast.FunctionDef) and ast.get_docstring(n) for n in ast.parse(solution).body)
+            call = ast.parse(check).body
+            assert len(call) == 1 and isinstance(call[0].value, ast.Call), check
+            assert call[0].value.func.id.startswith("check_")
+
+
+@pytest.mark.parametrize("name, index", ALL_EXERCISES)
+def test_check_passes_on_the_notebooks_solution(name, index):
+    solution, check = exercises(name)[index]
+    ns = namespace()
+    exec(solution, ns)
+    result = eval(check, ns)
+    assert isinstance(result, CheckResult) and result.ok, str(result)
+
+
+@pytest.mark.parametrize("name, index", ALL_EXERCISES)
+def test_check_reports_a_stub_without_raising(name, index):
+    solution, check = exercises(name)[index]
+    ns = namespace()
+    exec(stubbed(solution), ns)
+    result = eval(check, ns)
+    assert isinstance(result, CheckResult) and not result.ok
+    assert "not written yet" in str(result)
+
+
+# --- plausible wrong solutions, one or two per check ---------------------------------------------
+
+
+def partner_ignoring_req(batch):
+    """The previous row at pos - 1 is taken as the partner, whatever its request."""
+    partner = torch.zeros_like(batch.pos, dtype=torch.bool)
+    partner[1:] = (batch.raw_out_loc[1:] != 0) & (batch.pos[1:] == batch.pos[:-1] + 1)
+    return partner
+
+
+def ring_rows_of_own_pos(batch, prev_is_partner, ring_size, sentinel):
+    """Reads the ring row of the row's own position instead of its partner's."""
+    needs = (batch.raw_out_loc != 0) & (batch.pos % 2 == 1) & ~prev_is_partner
+    return torch.where(needs, batch.req * ring_size + batch.pos % ring_size, sentinel)
+
+
+def park_mask_from_host(batch, ring_size):
+    """Right when run eagerly, but decided on the host: a capture freezes it."""
+    mask = torch.zeros(batch.num_rows, dtype=torch.bool, device=batch.pos.device)
+    for rows in batch.row_ranges():
+        for row in rows[-ring_size:]:
+            mask[row] = True
+    return mask
+
+
+def park_mask_one_too_many(batch, ring_size):
+    """Parks each request's last ring_size + 1 rows."""
+    return wc.my_park_mask(batch, ring_size + 1)
+
+
+def store_every_slot(pools, latent, key, batch, layer):
+    """Stores every row at raw_out_loc // 2: even rows write their group's c2 slot too."""
+    slots = batch.raw_out_loc // 2
+    pools.kv_cache[slots] = wc.my_rope(latent, batch.pos - batch.pos % 2, layer.inv_freq)
+    pools.index_k[slots] = key
+
+
+def park_without_restoring_the_sentinel(ring, kv, score, batch, ring_size):
+    """Sends the rows it does not park to the sentinel, and leaves the sentinel dirty."""
+    rows = torch.where(wc.my_park_mask(batch, ring_size), batch.req * ring_size + batch.pos % ring_size, ring.shape[0] - 1)
+    ring[rows] = torch.cat([kv, score], 1)
+
+
+WRONG = [
+    (wc.check_previous_is_partner, partner_ignoring_req, "belongs to request slot"),
+    (wc.check_ring_read_rows, ring_rows_of_own_pos, "the rule says ring row"),
+    (wc.check_park_mask, park_mask_from_host, "frozen"),
+    (wc.check_park_mask, park_mask_one_too_many, "rows differ"),
+    (wg.check_store_graph_safe, store_every_slot, "should not be written"),
+    (wg.check_store_graph_safe, wc.my_store, "operation not permitted when stream is capturing"),
+    (wg.check_park_graph_safe, park_without_restoring_the_sentinel, "the sentinel"),
+    (wg.check_park_graph_safe, wc.my_park, "ring rows differ"),
+]
+
+
+@pytest.mark.parametrize("check, wrong, says", WRONG, ids=[w.__name__ for _, w, _ in WRONG])
+def test_check_reports_a_wrong_solution_and_says_where(check, wrong, says):
+    result = check(wrong)
+    assert isinstance(result, CheckResult) and not result.ok
+    assert says in str(result), str(result)
+
+
+@pytest.mark.parametrize("check", [wc.check_previous_is_partner, wc.check_ring_read_rows, wc.check_park_mask,
+                                   wg.check_store_graph_safe, wg.check_park_graph_safe])
+def test_check_reports_a_function_that_returns_the_wrong_thing(check):
+    result = check(lambda *args: None)
+    assert isinstance(result, CheckResult) and not result.ok
+
+
+def test_a_failed_row_check_draws_the_rows_that_differ():
+    result = wc.check_previous_is_partner(partner_ignoring_req)
+    assert result.figure is not None and result.figure.axes
+
+
+# --- notebook 01's functions, built once in the library -------------------------------------------
+
+
+def notebook_functions(name: str) -> dict[str, ast.FunctionDef]:
+    found = {}
+    for cell in cells(name):
+        if cell["cell_type"] != "code":
+            continue
+        text = "\n".join(line for line in source(cell).splitlines() if not line.startswith(("%", "!")))
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("my_"):
+                found[node.name] = node
+    return found
+
+
+def test_notebook_01s_functions_are_the_librarys_copies():
+    in_notebook = notebook_functions(WORKSHOP[0])
+    in_library = {n: f for n, f in vars(wc).items() if n.startswith("my_") and inspect.isfunction(f)}
+    # the one-request pairing of step 2 is a stepping stone, not part of the compressor
+    assert set(in_notebook) - {"my_pair_one_request"} == set(in_library)
+    for name, fn in in_library.items():
+        library = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+        assert ast.dump(in_notebook[name]) == ast.dump(library), name
+
+
+def test_notebook_03_imports_notebook_01s_compressor():
+    text = "".join(source(c) for c in cells(WORKSHOP[1]))
+    assert "from c2graph.workshop.compressor import" in text and "my_compress" in text
+
+
+@settings(max_examples=25, deadline=None)
+@given(batches=st.lists(ragged_requests(), min_size=1, max_size=3), pad=st.integers(0, 5),
+       seed=st.integers(0, 2**16))
+def test_my_compress_equals_the_torch_path_bitwise(batches, pad, seed):
+    layer, alloc, pools = make_case(seed=seed, use_fused_gate=False)
+    theirs = pools.clone()
+    for i, requests in enumerate(batches):
+        live = sum(n for *_, n in requests)
+        batch = c2.ExtendBatch.build(requests, alloc, pad_to=live + pad)
+        x = layer.random_hidden(batch.num_rows, seed=seed + i)
+        wc.my_compress(layer, x, batch, pools)
+        c2.compress_torch(layer, *c2.project(layer, x), batch, theirs)
+        assert all(compare_pools(pools, theirs)), requests
+    written = (pools.kv_cache.float() != POISON).any(dim=1)
+    written[0] = False
+    assert written.nonzero().flatten().tolist() == sorted(
+        {s for r in batches for s in c2.ExtendBatch.build(r, alloc).stored_slots()})
