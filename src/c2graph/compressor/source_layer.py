@@ -63,10 +63,13 @@ class SourceLayer:
 def _matmul_bf16_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``x @ w.T`` with bf16 operands and an fp32 result (``[T, N]`` fp32).
 
-    Accumulated in float64, where bf16 products and their sums over ``hidden`` are exact for
-    values of this size; the result is then rounded once to fp32. So each row's output does not
-    depend on how many rows share the GEMM. (A bf16 GEMM with fp32 output, as the engine runs,
-    picks its algorithm by the row count, and its last bits can change with it.)
+    Accumulated in float64: each bf16 product is exact there (8 + 8 significant bits < 53), and
+    a sum of ``hidden`` of them is exact while the products' exponents span at most
+    ``53 - 16 - log2(hidden)`` bits (see :mod:`c2graph.compressor.torch_path` for where that
+    holds). The result is rounded once to fp32, and it is computed row by row the same way
+    whatever the number of rows, so a row's output does not depend on how many rows share the
+    GEMM. (A bf16 GEMM with fp32 output, as the engine runs, picks its algorithm by the row count,
+    and its last bits can change with it.)
     """
     return (x.double() @ w.double().T).float()
 
