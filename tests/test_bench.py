@@ -188,6 +188,7 @@ def test_case_counts_the_kernels_programs_and_rotates_inputs():
     case = bench_cases.make_case(cfg, 48, torch.device("cpu"), cache_bytes=10**6, copies=(1, 8))
     assert case.programs == len(c2.program_plan(case.batch, cfg.ring_size))
     assert case.min_bytes == sum(minimum_bytes(cfg, case.batch, programs=case.programs).values())
+    assert case.floor_bytes == sum(minimum_bytes(cfg, case.batch).values()) < case.min_bytes
     assert case.copies == 8  # 2 MB of inputs wanted, a few KB each: capped
     sets = bench_cases.input_sets(cfg, case, 2)
     assert sets[0].pools.kv_cache.data_ptr() != sets[1].pools.kv_cache.data_ptr()

@@ -63,6 +63,7 @@ class Case:
     batch: ExtendBatch
     programs: int
     min_bytes: int
+    floor_bytes: int
     copies: int
 
     def info(self) -> dict:
@@ -74,6 +75,7 @@ class Case:
             "odd_prefixes": sum(r[1] % 2 for r in self.requests),
             "programs": self.programs,
             "min_bytes": self.min_bytes,
+            "floor_bytes": self.floor_bytes,
             "copies": self.copies,
         }
 
@@ -86,12 +88,13 @@ def make_case(cfg: Config, rows: int, device: torch.device, *, cache_bytes: int,
     longest = max(prefix + n for _, prefix, n in requests)
     allocator = ReqToTokenPool(cfg, REQUESTS[1], longest, seed=seed)
     batch = ExtendBatch.build(requests, allocator, request_slots=REQUESTS[1], pad_to=rows, device=device)
-    # The fused kernel's programs each read the weights: ask the kernel's own plan how many there are.
+    # Each block of rows of the fused kernel reads the weights: ask the kernel's own plan how many.
     programs = len(program_plan(batch, cfg.ring_size))
     min_bytes = sum(minimum_bytes(cfg, batch, programs=programs).values())
+    floor_bytes = sum(minimum_bytes(cfg, batch).values())
     fewest, most = copies
-    n = max(fewest, min(most, math.ceil(2 * cache_bytes / min_bytes)))
-    return Case(rows, requests, allocator, batch, programs, min_bytes, n)
+    n = max(fewest, min(most, math.ceil(2 * cache_bytes / floor_bytes)))
+    return Case(rows, requests, allocator, batch, programs, min_bytes, floor_bytes, n)
 
 
 @dataclass

@@ -8,8 +8,10 @@
 - ``copy_GBps``: the device-to-device copy bandwidth of the same run (bytes read plus written);
 - ``launch_us``: ``{"eager": one small eager launch, "graph": one replay of a one-node graph}``, µs;
 - ``cases``: one per row count: ``rows``, ``live_rows``, ``requests``, ``odd_prefixes``,
-  ``programs`` (of the fused kernel), ``min_bytes`` (the bytes the step must move, weights read
-  once per program) and ``copies`` (input sets rotated so that no input stays in the L2 cache);
+  ``programs`` (blocks of rows of the fused kernel, each reading the weights), ``min_bytes`` (the
+  bytes the fused kernel must move: the step's, with the weights read once per program),
+  ``floor_bytes`` (the step's, weights read once: what any implementation must move) and
+  ``copies`` (input sets rotated so that no input stays in the L2 cache);
 - ``records``: one per measurement: ``rows``, ``path`` (``torch``, ``compiled``, ``fused``, or
   ``model`` for a many-layer model), ``mode`` (``eager`` or ``graph``), ``variant`` (which one of a
   path), ``median_us``, ``nodes`` (graph nodes; ``null`` in eager mode), ``launches`` (kernels one
@@ -40,7 +42,7 @@ _TOP = {
     "cases": list, "records": list, "skipped": list,
 }
 _CASE = {"rows": int, "live_rows": int, "requests": int, "odd_prefixes": int, "programs": int,
-         "min_bytes": int, "copies": int}
+         "min_bytes": int, "floor_bytes": int, "copies": int}
 _RECORD = {"rows": int, "path": str, "mode": str, "variant": str, "median_us": float}
 _OPTIONAL = {"compile_s": float, "layers": int, "fused_layers": int}
 _SKIPPED = {"rows": int, "path": str, "mode": str, "variant": str, "reason": str}
@@ -149,8 +151,9 @@ def fastest_compiled(data: dict) -> dict[int, dict]:
 
 
 def computed_floor_us(data: dict) -> dict[int, float]:
-    """``{rows: µs}``: each case's minimum bytes over the measured copy bandwidth (computed, not measured)."""
-    return {c["rows"]: c["min_bytes"] / (data["copy_GBps"] * 1e3) for c in sorted(data["cases"], key=lambda c: c["rows"])}
+    """``{rows: µs}``: each case's ``floor_bytes`` over the measured copy bandwidth (computed, not
+    measured): no implementation of the step that moves those bytes can take less time."""
+    return {c["rows"]: c["floor_bytes"] / (data["copy_GBps"] * 1e3) for c in sorted(data["cases"], key=lambda c: c["rows"])}
 
 
 def describe(data: dict) -> str:

@@ -57,8 +57,8 @@ def draw_times(data: dict, paths=("torch", "compiled", "fused")) -> Figure:
     """Time against rows on log axes for every variant of ``paths``, with the two floors.
 
     Solid lines are graph replays, dashed ones eager calls. The floors: one replay of a graph of
-    one node (measured: a launch costs at least that) and the minimum bytes over the measured copy
-    bandwidth (computed: no step that moves those bytes can be faster).
+    one node (measured: a launch costs at least that) and the bytes the step must move over the
+    measured copy bandwidth (computed: no implementation can be faster).
     """
     fig = Figure(figsize=(8.6, 6.2), layout="constrained")
     ax = fig.add_subplot()
@@ -72,7 +72,7 @@ def draw_times(data: dict, paths=("torch", "compiled", "fused")) -> Figure:
             label=f"launch floor: one graph replay of one node, measured ({launch:.1f} µs)")
     floor = computed_floor_us(data)
     ax.plot(list(floor), list(floor.values()), color=_FLOOR, lw=3, alpha=0.5,
-            label=f"computed floor: minimum bytes / copy bandwidth ({data['copy_GBps']:.0f} GB/s)")
+            label=f"computed floor: bytes the step must move / copy bandwidth ({data['copy_GBps']:.0f} GB/s)")
     ax.set_yscale("log")
     ax.set_ylabel(f"time per call, µs ({data['timer']}, median of {data['reps']})")
     _rows_axis(ax, data)
