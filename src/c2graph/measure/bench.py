@@ -40,7 +40,7 @@ from .. import _runtime
 from ..compressor.config import Config
 from ..compressor.source_layer import SourceLayer
 from ..compressor.torch_path import compress_torch
-from . import bench_cases as cases_
+from . import bench_cases
 from .bench_model import measure_model
 from .compiled import VARIANTS, compiled
 from .opcount import count_cuda_kernels, count_ops
@@ -68,22 +68,22 @@ def _eager_and_graph(calls, reps: int, device, **fields) -> list[dict]:
     """Time ``calls`` eagerly, then each captured in a graph and replayed: two records."""
     eager = dict(fields, mode="eager", median_us=median_us(calls, reps, device),
                  nodes=None, launches=count_launches(calls[0], device))
-    graphs = cases_.capture(calls)
+    graphs = bench_cases.capture(calls)
     graph = dict(fields, mode="graph", median_us=median_us([g.replay for g in graphs], reps, device),
                  nodes=graphs[0].num_nodes, launches=None)
     return [eager, graph]
 
 
-def _bandwidth(record: dict, case: cases_.Case, copy: float) -> dict:
+def _bandwidth(record: dict, case: bench_cases.Case, copy: float) -> dict:
     return dict(record, bw_fraction=case.min_bytes / (record["median_us"] * 1e3) / copy)
 
 
-def disagreement(fn: Callable, layer: SourceLayer, s: cases_.InputSet) -> str | None:
+def disagreement(fn: Callable, layer: SourceLayer, s: bench_cases.InputSet) -> str | None:
     """``None`` when one call of ``fn`` (a torch path) writes what the torch path writes, within
     ``TOLERANCE`` (the ring bitwise, c2 slot 0 skipped), else what differs. Runs on copies of ``s``."""
     mine, ref = s.pools.clone(), s.pools.clone()
     got, want = torch.full_like(s.latent, float("nan")), torch.full_like(s.latent, float("nan"))
-    fn(layer, s.kv, s.score, cases_.graph_view(s.batch), mine, latent_out=got)
+    fn(layer, s.kv, s.score, bench_cases.graph_view(s.batch), mine, latent_out=got)
     compress_torch(layer, s.kv, s.score, s.batch, ref, latent_out=want)
     pairs = (("latent", got, want), ("kv_cache", mine.kv_cache[1:], ref.kv_cache[1:]),
              ("index_k", mine.index_k[1:], ref.index_k[1:]))
@@ -97,20 +97,20 @@ def disagreement(fn: Callable, layer: SourceLayer, s: cases_.InputSet) -> str | 
     return None
 
 
-def measure(path: str, variant: str, cfg: Config, case: cases_.Case, reps: int, copy: float,
+def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: int, copy: float,
             compiled_fns: dict, smoke: bool) -> list[dict]:
     """The records of one path (and variant) at one row count."""
     device = case.batch.device
     if path == "model":
         return [measure_model(cfg, case, reps)]
-    sets = cases_.input_sets(cfg, case, case.copies)
+    sets = bench_cases.input_sets(cfg, case, case.copies)
     fields = dict(rows=case.rows, path=path, variant=variant)
     if path == "torch":
         layer = SourceLayer(cfg, seed=0, use_fused_gate=False, device=device)
-        return _eager_and_graph(cases_.torch_calls(layer, sets), reps, device, **fields, bw_fraction=None)
+        return _eager_and_graph(bench_cases.torch_calls(layer, sets), reps, device, **fields, bw_fraction=None)
     if path == "fused":
         layer = SourceLayer(cfg, seed=0, device=device)
-        found = _eager_and_graph(cases_.fused_calls(layer, sets), reps, device, **fields)
+        found = _eager_and_graph(bench_cases.fused_calls(layer, sets), reps, device, **fields)
         return [_bandwidth(r, case, copy) for r in found]
     layer = SourceLayer(cfg, seed=0, use_fused_gate=False, device=device)
     fn = compiled_fns.setdefault(variant, compiled(variant, backend="eager" if smoke else "inductor"))
@@ -119,7 +119,7 @@ def measure(path: str, variant: str, cfg: Config, case: cases_.Case, reps: int, 
     compile_s = time.perf_counter() - start
     if wrong:
         raise RuntimeError(f"not timed: {wrong}")
-    graphs = cases_.capture(cases_.compiled_calls(fn, layer, sets))
+    graphs = bench_cases.capture(bench_cases.compiled_calls(fn, layer, sets))
     return [dict(fields, mode="graph", median_us=median_us([g.replay for g in graphs], reps, device),
                  nodes=graphs[0].num_nodes, launches=None, bw_fraction=None, compile_s=compile_s)]
 
@@ -188,7 +188,7 @@ def run_bench(*, rows=ROWS, paths=PATHS, reps: int = 100, smoke: bool = False, t
         "launch_us": launch_us(device, reps),
         "cases": [], "records": [], "skipped": [],
     }
-    cases = [cases_.make_case(cfg, n, device, cache_bytes=cache, copies=(2, 2) if smoke else (1, 128))
+    cases = [bench_cases.make_case(cfg, n, device, cache_bytes=cache, copies=(2, 2) if smoke else (1, 128))
              for n in sorted(rows)]
     data["cases"] = [c.info() for c in cases]
     compiled_fns: dict = {}
