@@ -45,7 +45,8 @@ def smoke(tmp_path_factory):
 def test_smoke_run_writes_a_file_with_the_schema(smoke):
     code, out, printed = smoke
     data = results.load_results(out)  # raises unless the schema holds
-    assert data["smoke"] is True and data["config"] == "tiny"
+    assert data["smoke"] is True and data["config"] == "tiny" and data["complete"] is True
+    assert not out.with_name(out.name + ".part").exists()
     measured = {(r["path"], r["mode"], r["variant"]) for r in data["records"]}
     assert measured >= {("torch", "eager", "float64 reductions"), ("torch", "graph", "float64 reductions"),
                         ("fused", "eager", "Triton kernel"), ("fused", "graph", "Triton kernel"),
@@ -139,8 +140,9 @@ STORED = sorted((ROOT / results.RESULTS_FOLDER).glob("*.json"))
 def test_stored_results_are_gpu_runs_with_the_schema(path):
     data = results.load_results(path)
     assert not data["smoke"], f"{path.name} is a smoke run: it measured nothing, never store it"
+    assert data["complete"], f"{path.name} is the file of a run that was stopped before its end"
     assert data["timer"] == "CUDA events" and data["config"] == "dsv41"
-    assert path.name == bench.default_file(data, path.parent).name
+    assert path == bench.default_file(data["device"], data["date"], path.parent)
 
 
 def test_results_table_quotes_the_faster_compiled_variant(smoke):

@@ -161,11 +161,14 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def run_bench(*, rows=ROWS, paths=PATHS, reps: int = 100, smoke: bool = False, time_budget_s: float = 360.0) -> dict:
+def run_bench(*, rows=ROWS, paths=PATHS, reps: int = 100, smoke: bool = False, time_budget_s: float = 360.0,
+              out: Path | None = None) -> dict:
     """Run the benchmark on the default device and return its results (checked against the schema).
 
     ``rows``: the buckets; ``paths``: which of ``PATHS`` to measure; ``reps``: timed calls per
     median (at least 50 unless ``smoke``); ``time_budget_s``: no new measurement starts after it.
+    ``out``: a file the results are written to after every measurement (``"complete": false``
+    until the last), so a run that is stopped keeps what it measured.
     """
     if not smoke and not (isinstance(reps, int) and reps >= 50):
         raise ValueError(f"reps = {reps!r}; expected an int >= 50 (medians of at least 50 calls)")
@@ -186,7 +189,7 @@ def run_bench(*, rows=ROWS, paths=PATHS, reps: int = 100, smoke: bool = False, t
         "timer": "CUDA events" if cuda else "wall clock", "reps": reps,
         "copy_GBps": copy_GBps(device, nbytes=(1 << 30) if cuda and not smoke else (1 << 24)),
         "launch_us": launch_us(device, reps),
-        "cases": [], "records": [], "skipped": [],
+        "complete": False, "cases": [], "records": [], "skipped": [],
     }
     cases = [bench_cases.make_case(cfg, n, device, cache_bytes=cache, copies=(2, 2) if smoke else (1, 128))
              for n in sorted(rows)]
@@ -209,13 +212,26 @@ def run_bench(*, rows=ROWS, paths=PATHS, reps: int = 100, smoke: bool = False, t
         if cuda:
             torch.cuda.empty_cache()
         bar.update(1)
+        if out is not None:
+            write_results(data, out)
     bar.close()
+    data["complete"] = True
+    if out is not None:
+        write_results(data, out)
     return check_results(data)
 
 
-def default_file(data: dict, folder: str | Path = RESULTS_FOLDER) -> Path:
-    """``<folder>/<date>-<device>.json``."""
-    return Path(folder) / f"{data['date']}-{device_slug(data['device'])}.json"
+def write_results(data: dict, path: Path) -> None:
+    """Write ``data`` as JSON to ``path`` (its folder made if needed), whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(data, indent=1) + "\n")
+    part.replace(path)
+
+
+def default_file(device: str, date: str, folder: str | Path = RESULTS_FOLDER) -> Path:
+    """``<folder>/<date>-<device>.json``, the device's name as :func:`device_slug` writes it."""
+    return Path(folder) / f"{date}-{device_slug(device)}.json"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,11 +253,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = tuple(int(n) for n in args.rows.split(",")) if args.rows else (SMOKE_ROWS if args.smoke else ROWS)
     reps = args.reps if args.reps is not None else (3 if args.smoke else 100)
+    today = datetime.date.today().isoformat()
+    out = Path(args.out) if args.out else default_file(_runtime.environment()["device"], today, args.folder)
     data = run_bench(rows=rows, paths=tuple(args.paths.split(",")), reps=reps, smoke=args.smoke,
-                     time_budget_s=args.time_budget_s)
-    out = Path(args.out) if args.out else default_file(data, args.folder)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
+                     time_budget_s=args.time_budget_s, out=out)
     print(results_table(data))
     print(f"wrote {out}")
     failed = [s for s in data["skipped"] if s["reason"].startswith("failed")]

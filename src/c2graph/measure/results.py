@@ -7,6 +7,7 @@
   ``timer`` (``"CUDA events"`` or ``"wall clock"``), ``reps`` (timed calls per median);
 - ``copy_GBps``: the device-to-device copy bandwidth of the same run (bytes read plus written);
 - ``launch_us``: ``{"eager": one small eager launch, "graph": one replay of a one-node graph}``, µs;
+- ``complete``: false while the run is still writing (a run stopped early keeps what it measured);
 - ``cases``: one per row count: ``rows``, ``live_rows``, ``requests``, ``odd_prefixes``,
   ``programs`` (blocks of rows of the fused kernel, each reading the weights), ``min_bytes`` (the
   bytes the fused kernel must move: the step's, with the weights read once per program),
@@ -38,7 +39,7 @@ RESULTS_FOLDER = Path("benchmarks") / "results"
 
 _TOP = {
     "schema": str, "device": str, "torch": str, "triton": str, "date": str, "config": str,
-    "smoke": bool, "timer": str, "reps": int, "copy_GBps": float, "launch_us": dict,
+    "smoke": bool, "timer": str, "reps": int, "copy_GBps": float, "launch_us": dict, "complete": bool,
     "cases": list, "records": list, "skipped": list,
 }
 _CASE = {"rows": int, "live_rows": int, "requests": int, "odd_prefixes": int, "programs": int,
