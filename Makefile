@@ -95,10 +95,11 @@ gpu-notebooks: gpu-deps
 	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=60 $$nb || failed="$$failed $$nb"; \
 	done; if [ -n "$$failed" ]; then echo "notebooks that failed:$$failed"; exit 1; fi; echo "every notebook ran"
 
-## make bench: the benchmark on a CUDA host; a table on stdout, full numbers in $(OUT)/bench.json
+## make bench: the benchmark on a CUDA host (under 8 minutes on an H200): a table on stdout, the
+## results in $(OUT)/benchmarks/results/<date>-<device>.json, to be copied to benchmarks/results/
 bench:
-	@mkdir -p $(OUT)
-	$(GPU_ENV) $(GPU_PY) -m c2graph bench --out $(OUT)/bench.json
+	@mkdir -p $(OUT)/benchmarks/results
+	$(GPU_ENV) $(GPU_PY) -m c2graph bench --folder $(OUT)/benchmarks/results
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -22,9 +22,14 @@ from support import (
 )
 
 import c2graph as c2
+import c2graph.compressor.fused_kernel
 from c2graph.measure.compare import compare, compare_pools
-from c2graph.compressor.fused import compress_fused, fused_compress_
+from c2graph.compressor.fused import (
+    KernelBlocks, check_launch, compress_fused, fused_compress_, kernel_blocks, launch_fused,
+)
+from c2graph.compressor.fused_kernel import STAGES, source
 from c2graph.compressor.programs import program_plan
+from c2graph.compressor.fused import BLOCK_M
 from c2graph.measure.traffic import minimum_bytes
 from c2graph.measure.opcount import count_cuda_kernels, count_ops
 
@@ -64,18 +69,21 @@ def run_previous_chunk(layer, alloc, pools, requests, chunk_len: int, seed: int,
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@EXAMPLES
-@given(
-    requests=ragged_requests(max_len=9),
-    ring_size=st.sampled_from([2, 4]),
-    extra_slots=st.integers(0, 2),
-    padding=st.integers(0, 5),
-    chunk_len=st.integers(1, 5),
-    seed=st.integers(0, 2**16),
-)
-def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, chunk_len, seed):
-    cfg = c2.Config.tiny(ring_size=ring_size)
+def run_fused(layer, projected, batch, pools, latent, blocks=None):
+    """The fused path with the library's blocks, or with ``blocks`` (the same checks, one launch)."""
+    if blocks is None:
+        return compress_fused(layer, projected, batch, pools, latent_out=latent)
+    cfg = layer.cfg
+    args = (projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
+            layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent)
+    check_launch(*args, cfg.ring_size, batch.num_rows)
+    launch_fused(*args, cfg.eps, cfg.ring_size, batch.num_rows, blocks=blocks)
+    return latent
+
+
+def check_against_torch(cfg, requests, *, extra_slots=0, padding=0, chunk_len=3, seed=0, device="cpu",
+                        blocks=None):
+    """Fused vs torch on one batch after a previous chunk, with every poison check; returns the batch."""
     layer, alloc, pools = make_case(cfg, seed=seed, device=device)
     run_previous_chunk(layer, alloc, pools, requests, chunk_len, seed + 1, device)
     pools.kv_cache.fill_(POISON)  # the previous chunk's stores are not this batch's
@@ -86,7 +94,7 @@ def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, 
     want_pools, got_pools = pools.clone(), pools.clone()
     want = c2.compress_torch(layer, *c2.split_projected(projected), batch, want_pools,
                              latent_out=poisoned_latents(batch, cfg, device))
-    got = compress_fused(layer, projected, batch, got_pools, latent_out=poisoned_latents(batch, cfg, device))
+    got = run_fused(layer, projected, batch, got_pools, poisoned_latents(batch, cfg, device), blocks)
 
     groups = batch.group_rows()
     if groups:
@@ -105,11 +113,62 @@ def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, 
     assert written_slots_hold_no_poison(got_pools, stored) == []
 
     # Ring: each request's last rows parked bitwise; every other row, the sentinel included, unchanged.
-    parked = batch.parked_ring_rows(ring_size)
+    parked = batch.parked_ring_rows(cfg.ring_size)
     for ring_row, row in parked.items():
         assert torch.equal(got_pools.ring[ring_row], projected[row])
     untouched = [r for r in range(pools.ring.shape[0]) if r not in parked]
     assert torch.equal(got_pools.ring[untouched], pools.ring[untouched])
+    return batch
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@EXAMPLES
+@given(
+    requests=ragged_requests(max_len=9),
+    ring_size=st.sampled_from([2, 4]),
+    extra_slots=st.integers(0, 2),
+    padding=st.integers(0, 5),
+    chunk_len=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, chunk_len, seed):
+    check_against_torch(c2.Config.tiny(ring_size=ring_size), requests, extra_slots=extra_slots,
+                        padding=padding, chunk_len=chunk_len, seed=seed, device=device)
+
+
+# Rows 0 | 1 2 3 | 4 | 5 6 7 8 | 9 10 at pos 1 | 3 4 5 | 5 | 0 1 2 3 | 7 8: the pairs of rows (0, 1) and
+# (8, 9) each hold two group rows, one ending a request and one starting the next.
+TWO_GROUP_PAIRS = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pairs_of_rows_with_two_group_rows(device):
+    batch = check_against_torch(c2.Config.tiny(), TWO_GROUP_PAIRS, extra_slots=1, padding=3, device=device)
+    (program,) = program_plan(batch, ring_size=2)
+    assert len(program["passes"]) == 2  # the second pass takes rows 0 and 8
+    assert [r for r in program["passes"][1] if r is not None] == [0, 8]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("blocks", [
+    KernelBlocks(block_m=32, sub_lanes=8, block_k=16, num_warps=4),
+    KernelBlocks(block_m=64, sub_lanes=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
+    KernelBlocks(block_m=128, sub_lanes=4, block_k=32, num_warps=8, num_stages=2),
+], ids=["m32", "m64-persistent", "m128"])
+def test_every_block_shape_computes_the_same_function(device, blocks):
+    """Larger blocks, phase-1 tiles of fewer lanes, programs looping over blocks: the same function."""
+    requests = [(0, 3, 40), (1, 0, 9), (2, 8, 1), (3, 1, 1), (4, 5, 70), (5, 0, 2)]
+    check_against_torch(c2.Config.tiny(), requests, extra_slots=2, padding=7, seed=3, device=device,
+                        blocks=blocks)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dsv41_matches_torch(device):
+    """The served model's sizes and blocks (``D = 512``: phase 1 in tiles of a few lanes)."""
+    cfg = c2.Config.dsv41()
+    requests = [(0, 5, 100), (1, 0, 33), (2, 7, 1), (3, 2, 120)]
+    assert kernel_blocks(cfg.D).sub_lanes < kernel_blocks(cfg.D).lanes
+    check_against_torch(cfg, requests, extra_slots=1, padding=2, seed=4, device=device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -420,6 +479,42 @@ def test_program_plan_matches_the_batch():
     assert plan[0]["parks"] == {1: 4, 0: 5, 5: 19, 4: 20}
     assert plan[1]["parks"] == {9: 31, 8: 32}
     assert plan[2]["parks"] == {}
+    assert [p["parked_slots"] for p in plan] == [[0, 1], [2], []]
+    # Lane t of program 0 takes the group row among rows 2t, 2t + 1: pos 3 4 5 6 7 8 | 0 1 2 ...
+    assert plan[0]["passes"] == [[0, 2, 4, 7, 9, 11, 13, 15] + [None] * 8]
+    assert all(len(p["passes"]) == 1 for p in plan)  # no pair of rows holds two group rows
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_program_plan_is_what_the_kernel_does(device):
+    """Run the first k programs only (``grid_rows``): they write exactly the plan's groups and parks."""
+    layer, alloc, pools = make_case(device=device)
+    batch = build([(0, 3, 7), (2, 0, 15), (4, 9, 12), (5, 1, 1)], alloc, device, extra_slots=1, padding=5)
+    projected = random_projected(layer, batch.num_rows, 7)
+    plan = program_plan(batch, ring_size=2)
+    cfg = layer.cfg
+    for k in range(len(plan) + 1):
+        got, latent = pools.clone(), poisoned_latents(batch, cfg, device)
+        fused_compress_(projected, got.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
+                        layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, got.kv_cache, got.index_k,
+                        latent, cfg.eps, cfg.ring_size, min(k * BLOCK_M, batch.num_rows))
+        written = (latent.float() != POISON).any(dim=1).nonzero().flatten().tolist()
+        assert written == sorted(r for p in plan[:k] for r in p["groups"])
+        parked = (got.ring != pools.ring).any(dim=1).nonzero().flatten().tolist()
+        assert parked == sorted(ring for p in plan[:k] for ring in p["parks"])
+
+
+def test_every_stage_shows_its_source():
+    """Notebook 02 prints each stage beside the torch step it replaces: every source must be there."""
+    names = [stage.name for stage in STAGES]
+    assert len(set(names)) == len(names)
+    assert STAGES[-1].kernel is c2.compressor.fused_kernel.fused_compress_kernel
+    for stage in STAGES:
+        text = source(stage.kernel)
+        assert text.startswith("@triton.jit") and f"def {stage.kernel.fn.__name__}(" in text, stage.name
+        for fn in stage.torch:
+            assert fn.__module__ == "c2graph.compressor.torch_path"
+            assert f"def {fn.__name__}(" in source(fn)
 
 
 def test_minimum_bytes():

@@ -1,149 +1,266 @@
-"""Benchmark on a CUDA GPU: the torch path against the fused path, eager and as graph replays.
+"""The benchmark: ``python -m c2graph bench`` (``make bench`` on a CUDA host).
 
-``python -m c2graph.bench --out bench.json`` (or ``make bench``). For the ``dsv41`` preset and
-a few buckets it measures, side by side in one run:
+For the ``dsv41`` preset and buckets of 256, 2048, 16384 and 65536 rows (ragged batches of 8 to
+16 requests, odd and even prefixes: :mod:`.bench_cases`) it measures, in one run:
 
-- the device-to-device copy bandwidth (bytes read plus bytes written), the ceiling for a
-  memory-bound kernel;
-- the compressor of one ragged batch padded to the bucket: torch path eager, fused path eager,
-  torch path graph replay, fused path graph replay (median of many runs, CUDA events, L2
-  flushed between runs by ``triton.testing.do_bench``);
-- the kernels each path launches (profiler), and the fused kernel's bytes over its time as a
-  fraction of the copy bandwidth.
+- the copy bandwidth (the ceiling of a memory-bound step) and one launch (the floor of a small one);
+- the torch path, eager and replayed in a CUDA graph;
+- ``torch.compile`` of the torch path, replayed in a graph: the torch path as taught (float64
+  reductions) and a plain fp32 port of it (:mod:`.compiled`); the table quotes the faster;
+- the fused path, eager and replayed in a graph, with its bytes over its time as a fraction of
+  the copy bandwidth;
+- a model of many source layers (some without the fused gate) replayed in one graph.
 
-Prints a table; writes every number to the JSON file. Timings only: correctness is the tests'.
+Each time is the median of ``--reps`` calls (CUDA events, after warm-up), the calls taking input
+sets in turn so that none finds its inputs in the L2 cache. Eager calls are counted in kernel
+launches (profiler), graphs in nodes. A time budget keeps the run short: whatever it leaves out is
+written down as skipped, with the reason, as is any variant that fails. Results go to
+``benchmarks/results/<date>-<device>.json`` (schema: :mod:`.results`), a table to stdout.
+
+``--smoke`` runs the same code with the ``tiny`` preset, two small buckets and a few reps, on
+whatever device there is (wall-clock timers on a CPU): it checks the benchmark, it measures
+nothing, and its file says so. Name its file with ``--out``; never store it as results.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import gc
 import json
-import statistics
+import re
 import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import torch
 
 from .. import _runtime
-from ..compressor.batch import ExtendBatch
 from ..compressor.config import Config
-from ..compressor.fused import compress_fused
-from .traffic import minimum_bytes
-from .opcount import count_cuda_kernels
-from ..compressor.pools import Pools
-from ..graphs.prefill_graph import PrefillGraphRunner
-from ..compressor.req_to_token import ReqToTokenPool
-from ..compressor.compress import project_padded
-from ..compressor.source_layer import SourceLayer, split_projected
+from ..compressor.source_layer import SourceLayer
 from ..compressor.torch_path import compress_torch
+from . import bench_cases
+from .bench_model import measure_model
+from .compiled import VARIANTS, compiled
+from .opcount import count_cuda_kernels, count_ops
+from .results import RESULTS_FOLDER, SCHEMA, check_results, results_table
+from .timing import copy_GBps, launch_us, median_us, on_cuda
 
-DEVICE = "cuda"
-
-
-def _ms(fn, rep_ms: int) -> float:
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=25, rep=rep_ms, return_mode="median"))
-
-
-def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 20) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written."""
-    src = torch.randn(nbytes // 4, device=DEVICE)
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return 2 * nbytes / statistics.median(times)
+ROWS = (256, 2048, 16384, 65536)
+SMOKE_ROWS = (16, 48)
+PATHS = ("torch", "fused", "compiled", "model")
+"""Measured in this order, every row count of one before the next: the paths that matter most first."""
+TOLERANCE = 2.0**-6
+"""How close a compiled torch path must come to the torch path before it is timed."""
 
 
-def ragged_requests(bucket: int, n_requests: int, seed: int) -> list[tuple[int, int, int]]:
-    """``n_requests`` requests filling about 90% of ``bucket`` rows, odd and even prefixes."""
-    g = torch.Generator().manual_seed(seed)
-    live = int(bucket * 0.9)
-    cuts = sorted(torch.randperm(live - 1, generator=g)[: n_requests - 1].add(1).tolist())
-    lengths = [b - a for a, b in zip([0, *cuts], [*cuts, live])]
-    prefixes = torch.randint(0, 512, (n_requests,), generator=g).tolist()
-    return [(i, p, n) for i, (p, n) in enumerate(zip(prefixes, lengths))]
+def count_launches(call: Callable[[], object], device: torch.device) -> int:
+    """Kernels one call launches: the profiler's count on CUDA, the dispatcher's ops on a CPU."""
+    if on_cuda(device):
+        return count_cuda_kernels(call).total
+    with count_ops() as ops:
+        call()
+    return ops.total
 
 
-def bench_bucket(cfg: Config, bucket: int, n_requests: int, rep_ms: int, bandwidth: float) -> dict:
-    requests = ragged_requests(bucket, n_requests, seed=bucket)
-    alloc = ReqToTokenPool(cfg, n_requests, 512 + bucket)
-    results = {"bucket": bucket, "requests": n_requests}
-    for fused in (False, True):
-        layer = SourceLayer(cfg, seed=0, use_fused_gate=fused)
-        pools = Pools(cfg, n_requests, alloc.kv_slots)
-        batch = ExtendBatch.build(requests, alloc, request_slots=n_requests, pad_to=bucket)
-        x = layer.random_hidden(batch.live_rows, seed=1)
-        name = "fused" if fused else "torch"
-        projected = project_padded(layer, x, batch)
-        kv, score = split_projected(projected) if fused else projected
-        latent = torch.empty(bucket, cfg.D, dtype=torch.bfloat16, device=DEVICE)
-
-        def eager(projected=projected, kv=kv, score=score, batch=batch, latent=latent, layer=layer, pools=pools):
-            if layer.use_fused_gate:
-                compress_fused(layer, projected, batch, pools, latent_out=latent, validate=False)
-            else:
-                compress_torch(layer, kv, score, batch, pools, latent_out=latent)
-
-        runner = PrefillGraphRunner(layer, pools, buckets=[bucket], request_slots=n_requests)
-        runner.refresh(batch, x)
-        graph = runner.graphs[bucket]
-        results[f"{name} kernels"] = count_cuda_kernels(eager).total
-        results[f"{name} graph nodes"] = len(runner.nodes(bucket))
-        runner.refresh(batch, x)  # nodes() loaded the dummy batch
-        results[f"{name} eager ms"] = _ms(eager, rep_ms)
-        results[f"{name} graph ms"] = _ms(graph.replay, rep_ms)
-        if fused:
-            nbytes = sum(minimum_bytes(cfg, batch).values())
-            results["fused bytes"] = nbytes
-            results["fused GB/s"] = nbytes / (results["fused graph ms"] / 1e3) / 1e9
-            results["fused / copy bandwidth"] = nbytes / (results["fused graph ms"] / 1e3) / bandwidth
-        del runner, pools, layer
-        torch.cuda.empty_cache()
-    results["graph speed-up (torch / fused replay)"] = results["torch graph ms"] / results["fused graph ms"]
-    results["eager speed-up (torch / fused)"] = results["torch eager ms"] / results["fused eager ms"]
-    return results
+def _eager_and_graph(calls, reps: int, device, **fields) -> list[dict]:
+    """Time ``calls`` eagerly, then each captured in a graph and replayed: two records."""
+    eager = dict(fields, mode="eager", median_us=median_us(calls, reps, device),
+                 nodes=None, launches=count_launches(calls[0], device))
+    graphs = bench_cases.capture(calls)
+    graph = dict(fields, mode="graph", median_us=median_us([g.replay for g in graphs], reps, device),
+                 nodes=graphs[0].num_nodes, launches=None)
+    return [eager, graph]
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="bench.json", help="JSON file for every number")
-    parser.add_argument("--buckets", default="1024,4096,16384")
-    parser.add_argument("--requests", type=int, default=8)
-    parser.add_argument("--rep-ms", type=int, default=200, help="time spent timing each case")
-    args = parser.parse_args(argv)
-    if not _runtime.HAS_CUDA:
-        print("c2graph.bench measures on a CUDA GPU; this machine has none.", file=sys.stderr)
-        return 2
-    torch.backends.cuda.matmul.allow_tf32 = False
-    cfg = Config.dsv41()
-    bandwidth = copy_bandwidth()
+def _bandwidth(record: dict, case: bench_cases.Case, copy: float) -> dict:
+    return dict(record, bw_fraction=case.min_bytes / (record["median_us"] * 1e3) / copy)
+
+
+def disagreement(fn: Callable, layer: SourceLayer, s: bench_cases.InputSet) -> str | None:
+    """``None`` when one call of ``fn`` (a torch path) writes what the torch path writes, within
+    ``TOLERANCE`` (the ring bitwise, c2 slot 0 skipped), else what differs. Runs on copies of ``s``."""
+    mine, ref = s.pools.clone(), s.pools.clone()
+    got, want = torch.full_like(s.latent, float("nan")), torch.full_like(s.latent, float("nan"))
+    fn(layer, s.kv, s.score, bench_cases.graph_view(s.batch), mine, latent_out=got)
+    compress_torch(layer, s.kv, s.score, s.batch, ref, latent_out=want)
+    pairs = (("latent", got, want), ("kv_cache", mine.kv_cache[1:], ref.kv_cache[1:]),
+             ("index_k", mine.index_k[1:], ref.index_k[1:]))
+    for name, a, b in pairs:
+        a, b = a.float(), b.float()
+        close = ((a - b).abs() <= TOLERANCE * (1 + b.abs())) | (a.isnan() & b.isnan())
+        if not bool(close.all()):
+            return f"{name} differs from the torch path's in {int((~close).sum())} values (tolerance 2**-6)"
+    if not torch.equal(mine.ring, ref.ring):
+        return "the ring differs from the torch path's"
+    return None
+
+
+def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: int, copy: float,
+            compiled_fns: dict, smoke: bool) -> list[dict]:
+    """The records of one path (and variant) at one row count."""
+    device = case.batch.device
+    if path == "model":
+        return [measure_model(cfg, case, reps)]
+    sets = bench_cases.input_sets(cfg, case, case.copies)
+    fields = dict(rows=case.rows, path=path, variant=variant)
+    if path == "torch":
+        layer = SourceLayer(cfg, seed=0, use_fused_gate=False, device=device)
+        return _eager_and_graph(bench_cases.torch_calls(layer, sets), reps, device, **fields, bw_fraction=None)
+    if path == "fused":
+        layer = SourceLayer(cfg, seed=0, device=device)
+        found = _eager_and_graph(bench_cases.fused_calls(layer, sets), reps, device, **fields)
+        return [_bandwidth(r, case, copy) for r in found]
+    layer = SourceLayer(cfg, seed=0, use_fused_gate=False, device=device)
+    fn = compiled_fns.setdefault(variant, compiled(variant, backend="eager" if smoke else "inductor"))
+    start = time.perf_counter()
+    wrong = disagreement(fn, layer, sets[0])  # its first call at a new row count compiles
+    compile_s = time.perf_counter() - start
+    if wrong:
+        raise RuntimeError(f"not timed: {wrong}")
+    graphs = bench_cases.capture(bench_cases.compiled_calls(fn, layer, sets))
+    return [dict(fields, mode="graph", median_us=median_us([g.replay for g in graphs], reps, device),
+                 nodes=graphs[0].num_nodes, launches=None, bw_fraction=None, compile_s=compile_s)]
+
+
+def units(paths) -> list[tuple[str, str, str]]:
+    """``(path, variant, modes)`` in the order they are measured (see ``PATHS``)."""
+    every = [("torch", "float64 reductions", "eager, graph"), ("fused", "Triton kernel", "eager, graph")]
+    every += [("compiled", variant, "graph") for variant in VARIANTS]
+    every += [("model", "many layers", "graph")]
+    return [u for p in PATHS for u in every if u[0] == p and p in paths]
+
+
+class _Lines:
+    """A progress bar of plain lines, where tqdm is not installed."""
+
+    def __init__(self, total: int):
+        self.total, self.n = total, 0
+
+    def set_description(self, text: str) -> None:
+        print(f"[{self.n + 1}/{self.total}] {text}", file=sys.stderr, flush=True)
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int):
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is optional: the same steps, one line each
+        return _Lines(total)
+    return tqdm(total=total, unit="case", file=sys.stderr)
+
+
+def device_slug(name: str) -> str:
+    """``"NVIDIA H200"`` -> ``"nvidia-h200"``: the device part of a results file's name."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def run_bench(*, rows=ROWS, paths=PATHS, reps: int = 100, smoke: bool = False, time_budget_s: float = 360.0,
+              out: Path | None = None) -> dict:
+    """Run the benchmark on the default device and return its results (checked against the schema).
+
+    ``rows``: the buckets; ``paths``: which of ``PATHS`` to measure; ``reps``: timed calls per
+    median (at least 50 unless ``smoke``); ``time_budget_s``: no new measurement starts after it.
+    ``out``: a file the results are written to after every measurement (``"complete": false``
+    until the last), so a run that is stopped keeps what it measured.
+    """
+    if not smoke and not (isinstance(reps, int) and reps >= 50):
+        raise ValueError(f"reps = {reps!r}; expected an int >= 50 (medians of at least 50 calls)")
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown:
+        raise ValueError(f"paths = {list(paths)!r}; expected names from {PATHS}")
+    if not rows or any(not isinstance(n, int) or n < 2 for n in rows):
+        raise ValueError(f"rows = {list(rows)!r}; expected ints >= 2")
+    started = time.monotonic()
+    device = _runtime.DEFAULT_DEVICE
+    cfg = Config.tiny() if smoke else Config.dsv41()
     env = _runtime.environment()
-    report = {"environment": env, "config": "dsv41", "copy GB/s": bandwidth / 1e9, "buckets": []}
-    print(f"{env['device']}  torch {env['torch']}  triton {env['triton']}")
-    print(f"device-to-device copy: {bandwidth / 1e9:.0f} GB/s (read + write)")
-    header = ("bucket", "torch kern", "torch eager", "fused eager", "torch graph", "fused graph",
-              "graph x", "fused GB/s", "of copy")
-    print(" | ".join(f"{h:>11}" for h in header))
-    for bucket in map(int, args.buckets.split(",")):
-        r = bench_bucket(cfg, bucket, args.requests, args.rep_ms, bandwidth)
-        report["buckets"].append(r)
-        row = (bucket, r["torch kernels"], f"{r['torch eager ms'] * 1e3:.1f} us", f"{r['fused eager ms'] * 1e3:.1f} us",
-               f"{r['torch graph ms'] * 1e3:.1f} us", f"{r['fused graph ms'] * 1e3:.1f} us",
-               f"{r['graph speed-up (torch / fused replay)']:.1f}", f"{r['fused GB/s']:.0f}",
-               f"{r['fused / copy bandwidth']:.0%}")
-        print(" | ".join(f"{str(c):>11}" for c in row), flush=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=2)
-    print(f"wrote {args.out}")
-    return 0
+    cuda = on_cuda(device)
+    cache = torch.cuda.get_device_properties(device).L2_cache_size if cuda else 0
+    data = {
+        "schema": SCHEMA, "device": env["device"], "torch": env["torch"], "triton": env["triton"],
+        "date": datetime.date.today().isoformat(), "config": "tiny" if smoke else "dsv41", "smoke": smoke,
+        "timer": "CUDA events" if cuda else "wall clock", "reps": reps,
+        "copy_GBps": copy_GBps(device, nbytes=(1 << 30) if cuda and not smoke else (1 << 24)),
+        "launch_us": launch_us(device, reps),
+        "complete": False, "cases": [], "records": [], "skipped": [],
+    }
+    cases = [bench_cases.make_case(cfg, n, device, cache_bytes=cache, copies=(2, 2) if smoke else (1, 128))
+             for n in sorted(rows)]
+    data["cases"] = [c.info() for c in cases]
+    compiled_fns: dict = {}
+    todo = [(u, case) for u in units(paths) for case in cases]
+    bar = _progress(len(todo))
+    for (path, variant, modes), case in todo:
+        bar.set_description(f"{path} ({variant}) at {case.rows} rows")
+        skip = dict(rows=case.rows, path=path, mode=modes, variant=variant)
+        if time.monotonic() - started > time_budget_s:
+            data["skipped"].append(dict(skip, reason=f"the time budget of {time_budget_s:.0f} s was spent"))
+        else:
+            try:
+                data["records"] += measure(path, variant, cfg, case, reps, data["copy_GBps"], compiled_fns, smoke)
+            except Exception as e:  # written down and reported, never silent: the run goes on
+                first = str(e).splitlines()[0] if str(e) else ""
+                data["skipped"].append(dict(skip, reason=f"failed: {type(e).__name__}: {first}"))
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+        bar.update(1)
+        if out is not None:
+            write_results(data, out)
+    bar.close()
+    data["complete"] = True
+    if out is not None:
+        write_results(data, out)
+    return check_results(data)
+
+
+def write_results(data: dict, path: Path) -> None:
+    """Write ``data`` as JSON to ``path`` (its folder made if needed), whole or not at all."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(data, indent=1) + "\n")
+    part.replace(path)
+
+
+def default_file(device: str, date: str, folder: str | Path = RESULTS_FOLDER) -> Path:
+    """``<folder>/<date>-<device>.json``, the device's name as :func:`device_slug` writes it."""
+    return Path(folder) / f"{date}-{device_slug(device)}.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m c2graph bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", default=str(RESULTS_FOLDER), help="where the results file goes (default: %(default)s)")
+    parser.add_argument("--out", help="the results file itself (overrides --folder); required with --smoke")
+    parser.add_argument("--rows", help=f"buckets, comma-separated (default {','.join(map(str, ROWS))})")
+    parser.add_argument("--paths", default=",".join(PATHS), help="which paths (default: %(default)s)")
+    parser.add_argument("--reps", type=int, help="timed calls per median (default 100; --smoke: 3)")
+    parser.add_argument("--time-budget-s", type=float, default=360.0,
+                        help="start no new measurement after this many seconds (default: %(default)s)")
+    parser.add_argument("--smoke", action="store_true", help="a quick check of the benchmark (tiny preset); measures nothing")
+    args = parser.parse_args(argv)
+    if args.smoke and not args.out:
+        parser.error("--smoke measures nothing worth storing: name its file with --out")
+    if not args.smoke and not _runtime.HAS_CUDA:
+        print("python -m c2graph bench measures on a CUDA GPU, and this machine has none "
+              "(--smoke --out FILE checks the benchmark on a CPU).", file=sys.stderr)
+        return 2
+    rows = tuple(int(n) for n in args.rows.split(",")) if args.rows else (SMOKE_ROWS if args.smoke else ROWS)
+    reps = args.reps if args.reps is not None else (3 if args.smoke else 100)
+    today = datetime.date.today().isoformat()
+    out = Path(args.out) if args.out else default_file(_runtime.environment()["device"], today, args.folder)
+    data = run_bench(rows=rows, paths=tuple(args.paths.split(",")), reps=reps, smoke=args.smoke,
+                     time_budget_s=args.time_budget_s, out=out)
+    print(results_table(data))
+    print(f"wrote {out}")
+    failed = [s for s in data["skipped"] if s["reason"].startswith("failed")]
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,297 @@
+"""The benchmark, its results schema, the pictures of stored results, and notebook 02's kernel check."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import c2graph as c2  # noqa: I001  (first: on a CPU it sets TRITON_INTERPRET=1 before Triton is imported)
+import triton
+import triton.language as tl
+from c2graph.measure import bench, bench_cases, results
+from c2graph.measure.compiled import compress_torch_fp32
+from c2graph.measure.timing import median_us
+from c2graph.measure.traffic import minimum_bytes, weight_bytes
+from c2graph.pictures.bench_plots import draw_times, time_lines, write_gpu_figures
+from c2graph.workshop.kernel import check_gate
+
+from support import make_case
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One smoke run of the command line (tiny preset, one bucket): its exit code, file and printout."""
+    out = tmp_path_factory.mktemp("bench") / "smoke.json"
+    import contextlib
+    import io
+
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = bench.main(["--smoke", "--rows", "16", "--reps", "2", "--out", str(out)])
+    return code, out, printed.getvalue()
+
+
+# ------------------------------------------------------------------------------------------------
+# the smoke run and the schema
+# ------------------------------------------------------------------------------------------------
+
+
+def test_smoke_run_writes_a_file_with_the_schema(smoke):
+    code, out, printed = smoke
+    data = results.load_results(out)  # raises unless the schema holds
+    assert data["smoke"] is True and data["config"] == "tiny" and data["complete"] is True
+    assert not out.with_name(out.name + ".part").exists()
+    measured = {(r["path"], r["mode"], r["variant"]) for r in data["records"]}
+    assert measured >= {("torch", "eager", "float64 reductions"), ("torch", "graph", "float64 reductions"),
+                        ("fused", "eager", "Triton kernel"), ("fused", "graph", "Triton kernel"),
+                        ("compiled", "graph", "float64 reductions"), ("compiled", "graph", "fp32 reductions")}
+    by = {(r["path"], r["mode"]): r for r in data["records"]}
+    assert by[("fused", "eager")]["launches"] == 1 and by[("fused", "graph")]["nodes"] == 1
+    assert by[("torch", "eager")]["launches"] > 100  # the dispatcher's ops on a CPU
+    assert all(r["bw_fraction"] > 0 for r in data["records"] if r["path"] == "fused")
+    assert [c["copies"] for c in data["cases"]] == [2]  # inputs rotated
+    # Nothing is left out silently: every path measured, or written down with its reason.
+    missing = {(s["path"], s["variant"]) for s in data["skipped"]}
+    assert all(s["reason"] for s in data["skipped"])
+    assert {p for p, *_ in measured} | {p for p, _ in missing} == set(bench.PATHS)
+    assert code == (1 if any(s["reason"].startswith("failed") for s in data["skipped"]) else 0)
+    assert "CPU smoke run: not a GPU measurement" in printed and f"wrote {out}" in printed
+
+
+def test_smoke_needs_a_file_and_a_gpu_run_needs_a_gpu(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--smoke"])
+    assert "--out" in capsys.readouterr().err
+    if not c2.HAS_CUDA:
+        assert bench.main([]) == 2
+        assert "has none" in capsys.readouterr().err
+
+
+def test_run_bench_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="reps = 3"):
+        bench.run_bench(reps=3)
+    with pytest.raises(ValueError, match="paths"):
+        bench.run_bench(paths=("torch", "tensorrt"), smoke=True)
+    with pytest.raises(ValueError, match="rows"):
+        bench.run_bench(rows=(1,), smoke=True)
+
+
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (lambda d: d.pop("copy_GBps"), "results.copy_GBps is missing"),
+        (lambda d: d.update(schema="other/1"), "results.schema"),
+        (lambda d: d["records"][0].update(path="cuda"), r"results.records\[0\].path = 'cuda'"),
+        (lambda d: d["records"][0].update(mode="replay"), r"results.records\[0\].mode"),
+        (lambda d: d["records"][0].update(median_us=-1.0), r"results.records\[0\].median_us = -1.0"),
+        (lambda d: d["records"][0].update(median_us=float("nan")), r"results.records\[0\].median_us"),
+        (lambda d: d["records"][0].update(rows=7), r"results.records\[0\].rows = 7"),
+        (lambda d: d["records"][0].update(bw_fraction=0.5), r"results.records\[0\].bw_fraction = 0.5"),
+        (lambda d: d["cases"][0].pop("min_bytes"), r"results.cases\[0\].min_bytes is missing"),
+        (lambda d: d.update(smoke="yes"), "results.smoke = 'yes'"),
+        (lambda d: d["launch_us"].pop("graph"), "results.launch_us.graph"),
+    ],
+)
+def test_check_results_names_the_field(smoke, change, field):
+    data = json.loads(smoke[1].read_text())
+    results.check_results(copy.deepcopy(data))
+    assert data["records"][0]["path"] == "torch"  # the record the changes below edit
+    change(data)
+    with pytest.raises(ValueError, match=field):
+        results.check_results(data)
+
+
+def test_eager_records_count_launches_and_graph_records_count_nodes(smoke):
+    data = json.loads(smoke[1].read_text())
+    eager = next(i for i, r in enumerate(data["records"]) if r["mode"] == "eager")
+    graph = next(i for i, r in enumerate(data["records"]) if r["mode"] == "graph")
+    for i, field in ((eager, "nodes"), (graph, "launches")):
+        bad = copy.deepcopy(data)
+        bad["records"][i][field] = 3
+        with pytest.raises(ValueError, match=rf"records\[{i}\].{field} = 3; expected null"):
+            results.check_results(bad)
+    bad = copy.deepcopy(data)
+    fused = next(i for i, r in enumerate(bad["records"]) if r["path"] == "fused")
+    bad["records"][fused]["bw_fraction"] = None
+    with pytest.raises(ValueError, match="expected a number > 0 for the fused path"):
+        results.check_results(bad)
+
+
+def test_newest_results_passes_over_smoke_runs(smoke, tmp_path):
+    data = json.loads(smoke[1].read_text())
+    assert results.newest_results(tmp_path) is None
+    (tmp_path / "smoke.json").write_text(json.dumps(data))
+    assert results.newest_results(tmp_path) is None
+    for date in ("2026-01-02", "2026-03-04"):
+        (tmp_path / f"{date}-gpu.json").write_text(json.dumps(dict(data, smoke=False, date=date)))
+    assert results.newest_results(tmp_path).name == "2026-03-04-gpu.json"
+
+
+STORED = sorted((ROOT / results.RESULTS_FOLDER).glob("*.json"))
+
+
+@pytest.mark.parametrize("path", STORED, ids=[p.name for p in STORED])  # none stored: pytest says so
+def test_stored_results_are_gpu_runs_with_the_schema(path):
+    data = results.load_results(path)
+    assert not data["smoke"], f"{path.name} is a smoke run: it measured nothing, never store it"
+    assert data["complete"], f"{path.name} is the file of a run that was stopped before its end"
+    assert data["timer"] == "CUDA events" and data["config"] == "dsv41"
+    assert path == bench.default_file(data["device"], data["date"], path.parent)
+
+
+def test_results_table_quotes_the_faster_compiled_variant(smoke):
+    data = json.loads(smoke[1].read_text())
+    table = results.results_table(data)
+    fastest = results.fastest_compiled(data)[16]
+    assert fastest["median_us"] == min(r["median_us"] for r in data["records"] if r["path"] == "compiled")
+    assert f"the faster variant is {fastest['variant']}" in table
+    assert table.splitlines()[1].split("|")[0].strip() == "16"
+
+
+# ------------------------------------------------------------------------------------------------
+# the pieces: batches, bytes, timers, the compiled variant
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rows", [16, 256, 2048, 65536])
+def test_ragged_requests(rows):
+    requests = bench_cases.ragged_requests(rows, seed=rows)
+    assert bench_cases.REQUESTS[0] <= len(requests) <= bench_cases.REQUESTS[1]
+    assert sum(n for *_, n in requests) == rows - rows // 16
+    assert all(n > 0 for *_, n in requests)
+    parities = {prefix % 2 for _, prefix, _ in requests}
+    assert parities == {0, 1}
+    assert sorted(p for p, *_ in requests) == list(range(len(requests)))
+    assert requests == bench_cases.ragged_requests(rows, seed=rows)  # seeded
+    with pytest.raises(ValueError, match="rows = 1"):
+        bench_cases.ragged_requests(1, seed=0)
+
+
+def test_minimum_bytes_counts_weights_once_per_program():
+    cfg = c2.Config.dsv41()
+    assert weight_bytes(cfg) == 512 * 2 + 128 * 512 * 2 + 128 * 2 + 32 * 4
+    layer, alloc, pools = make_case(c2.Config.tiny(), device="cpu")
+    batch = c2.ExtendBatch.build([(0, 3, 6), (2, 0, 5)], alloc, request_slots=3, pad_to=12, device="cpu")
+    one, five = minimum_bytes(layer.cfg, batch), minimum_bytes(layer.cfg, batch, programs=5)
+    assert five["read weights"] == 5 * one["read weights"] == 5 * weight_bytes(layer.cfg)
+    assert {k: v for k, v in five.items() if k != "read weights"} == {k: v for k, v in one.items() if k != "read weights"}
+    with pytest.raises(ValueError, match="programs = 0"):
+        minimum_bytes(layer.cfg, batch, programs=0)
+
+
+def test_case_counts_the_kernels_programs_and_rotates_inputs():
+    cfg = c2.Config.tiny()
+    case = bench_cases.make_case(cfg, 48, torch.device("cpu"), cache_bytes=10**6, copies=(1, 8))
+    assert case.programs == len(c2.program_plan(case.batch, cfg.ring_size)) == 3  # blocks of 16 rows
+    assert case.min_bytes == sum(minimum_bytes(cfg, case.batch, programs=case.programs).values())
+    assert case.floor_bytes == sum(minimum_bytes(cfg, case.batch).values()) < case.min_bytes
+    assert case.copies == 8  # 2 MB of inputs wanted, a few KB each: capped
+    sets = bench_cases.input_sets(cfg, case, 2)
+    assert sets[0].pools.kv_cache.data_ptr() != sets[1].pools.kv_cache.data_ptr()
+    assert not torch.equal(sets[0].projected, sets[1].projected)
+    live = case.batch.live_rows
+    assert bool((sets[0].projected[live:] == 0).all()) and torch.equal(sets[0].kv, sets[0].projected[:, : cfg.D])
+
+
+def test_median_us_takes_the_calls_in_turn():
+    seen = []
+    calls = [lambda i=i: seen.append(i) for i in range(3)]
+    assert median_us(calls, reps=7, device=torch.device("cpu"), warmup=1) > 0
+    assert seen == [0, 1, 2] + [i % 3 for i in range(7)]
+    with pytest.raises(ValueError, match="reps = 0"):
+        median_us(calls, reps=0, device=torch.device("cpu"))
+
+
+def test_fp32_torch_path_agrees_with_the_torch_path():
+    layer, alloc, pools = make_case(use_fused_gate=False)
+    first = c2.ExtendBatch.build([(0, 0, 5), (3, 0, 4)], alloc, request_slots=4)
+    c2.compress(layer, layer.random_hidden(9, seed=1), first, pools)  # the ring holds pending rows
+    batch = c2.ExtendBatch.build([(0, 5, 7), (3, 4, 6), (1, 1, 5)], alloc, request_slots=4, pad_to=20)
+    kv, score = c2.project_padded(layer, layer.random_hidden(18, seed=2), batch, fused=False)
+    latent = torch.full((20, layer.cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
+    s = bench_cases.InputSet(batch, pools, torch.cat([kv, score], dim=1), kv, score, latent)
+    assert bench.disagreement(compress_torch_fp32, layer, s) is None
+    assert bench.disagreement(c2.compress_torch, layer, s) is None
+
+    def wrong(layer, kv, score, batch, pools, *, latent_out):
+        return compress_torch_fp32(layer, kv * 1.5, score, batch, pools, latent_out=latent_out)
+
+    assert "latent differs" in bench.disagreement(wrong, layer, s)
+
+
+# ------------------------------------------------------------------------------------------------
+# pictures of stored results
+# ------------------------------------------------------------------------------------------------
+
+
+def test_write_gpu_figures_titles_every_picture(smoke, tmp_path):
+    data = results.load_results(smoke[1])
+    paths = write_gpu_figures(smoke[1], tmp_path / "figures")
+    assert [p.name for p in paths] == ["bench_times.png", "bench_bandwidth.png", "bench_speedups.png"]
+    assert all(p.stat().st_size > 10_000 for p in paths)
+    fig = draw_times(data)
+    title = fig._suptitle.get_text()
+    for part in (data["device"], data["torch"], data["triton"], data["date"], "not a GPU measurement"):
+        assert part in title
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(label.startswith("computed floor") for label in labels)
+    assert any(label.startswith("launch floor") and "measured" in label for label in labels)
+    drawn = {label for label, *_ in time_lines(data)}
+    assert drawn <= set(labels) and "fused kernel, graph" in drawn
+
+
+# ------------------------------------------------------------------------------------------------
+# notebook 02's exercise: the gate as a @triton.jit stage
+# ------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _right_gate(kv_prev, score_prev, kv, score):
+    m = tl.maximum(score_prev, score)
+    e0 = tl.exp(score_prev - m)
+    e1 = tl.exp(score - m)
+    return kv_prev * (e0 / (e0 + e1)) + kv * (e1 / (e0 + e1))
+
+
+@triton.jit
+def _stub_gate(kv_prev, score_prev, kv, score):
+    raise NotImplementedError("write the gate")
+
+
+@triton.jit
+def _unstable_gate(kv_prev, score_prev, kv, score):
+    e0 = tl.exp(score_prev)  # no max subtracted: overflows for large scores
+    e1 = tl.exp(score)
+    return kv_prev * (e0 / (e0 + e1)) + kv * (e1 / (e0 + e1))
+
+
+@triton.jit
+def _swapped_gate(kv_prev, score_prev, kv, score):
+    m = tl.maximum(score_prev, score)
+    e0 = tl.exp(score_prev - m)
+    e1 = tl.exp(score - m)
+    return kv * (e0 / (e0 + e1)) + kv_prev * (e1 / (e0 + e1))
+
+
+def test_check_gate_passes_the_right_gate():
+    result = check_gate(_right_gate, seed=3)
+    assert result.ok and result.figure is None and len(result.lines) == 3
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy warns of the overflow
+@pytest.mark.parametrize("gate, says", [
+    (_stub_gate, "not written yet"),  # the interpreter keeps the stub's message, the compiler its name
+    (_unstable_gate, "FAIL: scores of +-80"),
+    (_swapped_gate, "FAIL: scores a few units apart"),
+    (lambda kv_prev, score_prev, kv, score: kv, "is not a Triton function"),
+])
+def test_check_gate_reports_a_wrong_or_unfinished_gate_without_raising(gate, says):
+    result = check_gate(gate, seed=4)
+    assert not result.ok
+    assert says in str(result)
