@@ -2,8 +2,9 @@
 
 The path diagram, a ragged batch (rows -> groups -> c2 slots) and the ring around it, the
 batch's extend offsets and the fused kernel's programs, and the slots a graph with frozen
-offsets gets wrong, as PNGs in ``FOLDER`` (created if needed); each path is printed relative
-to the current directory.
+offsets gets wrong, drawn from code; and, where ``benchmarks/results/`` holds a stored GPU run,
+the benchmark's pictures drawn from the newest one. PNGs in ``FOLDER`` (created if needed);
+each path is printed relative to the current directory.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from ..graphs.broken_offsets import BrokenOffsetsRunner
 from .draw import draw_batch, draw_path, draw_ring
 from .draw_fused import draw_extend_offsets, draw_programs
 from .draw_graph import draw_wrong_slots
+from .bench_plots import write_gpu_figures
+from ..measure.results import newest_results
 
 POOL_REQUESTS = 4
 # Requests 1 and 2 were prefilled up to pos 5 and 12 by an earlier batch; request 0 is new.
@@ -79,6 +82,9 @@ def write_figures(folder: str | os.PathLike, dpi: int = 150) -> list[Path]:
     for name, fig in figures.items():
         fig.savefig(out / name, dpi=dpi)
         paths.append(out / name)
+    stored = newest_results()
+    if stored is not None:  # the GPU figures, drawn from the newest stored results
+        paths += write_gpu_figures(stored, out, dpi=dpi)
     return paths
 
 
