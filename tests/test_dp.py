@@ -4,13 +4,8 @@ eager bitwise, an idle rank replays with every row padding, and a rank that fail
 from __future__ import annotations
 
 import pytest
-import torch
 
 from c2graph.dp import RankStep, Setup, default_schedules, main, run_ranks
-
-TWO_RANKS = pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,
-                               reason="NCCL needs one GPU a rank: two ranks need two GPUs")
-
 
 def test_default_schedules_have_an_idle_rank_odd_starts_and_never_all_idle():
     schedules = default_schedules(2, steps=3)
@@ -23,7 +18,6 @@ def test_default_schedules_have_an_idle_rank_odd_starts_and_never_all_idle():
         default_schedules(0)
 
 
-@TWO_RANKS
 def test_two_ranks_agree_on_pad_to_and_an_idle_rank_replays():
     reports = run_ranks(default_schedules(2, steps=2), timeout_s=240)
     assert [(r.rank, r.step) for r in reports] == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -37,7 +31,6 @@ def test_two_ranks_agree_on_pad_to_and_an_idle_rank_replays():
     assert [(r.rank, r.step, r.live_rows) for r in idle] == [(1, 1, 0)]
 
 
-@TWO_RANKS
 def test_a_rank_that_fails_is_named():
     schedules = [[[(0, 0, 5)]], [[(0, 0, 500)]]]  # rank 1's request is longer than its request pool
     small = Setup(n_layers=1, unfused_every=1, buckets=(8,))  # one torch layer: quick to capture
@@ -45,7 +38,6 @@ def test_a_rank_that_fails_is_named():
         run_ranks(schedules, setup=small, timeout_s=240)
 
 
-@TWO_RANKS
 def test_a_run_past_its_time_names_the_ranks_still_running():
     with pytest.raises(TimeoutError, match=r"timeout_s = 0.5 s; rank\(s\) \[0, 1\] still running"):
         run_ranks(default_schedules(2, steps=1), timeout_s=0.5)

@@ -5,7 +5,8 @@ in step: each pads its batch to the largest live row count of all ranks (so ever
 the same bucket), and a rank with no requests still replays, with every row padding.
 
 :func:`run_ranks` starts one process per rank over ``torch.distributed`` (gloo on a CPU, NCCL
-on GPUs, one GPU a rank), on the loopback interface and a free port. Each rank builds the same
+on GPUs, one GPU a rank; gloo again where there are more ranks than GPUs, which they then share),
+on the loopback interface and a free port. Each rank builds the same
 small model (:func:`~c2graph.compressor.model.served_layers`: layers with and without the fused
 gate), its own request pool and its own :class:`~c2graph.graphs.prefill_graph.PrefillGraphRunner`.
 Per step it all-reduces (max) its live row count into ``pad_to``, runs its batch through the
@@ -105,8 +106,6 @@ def run_ranks(
     ``TimeoutError`` naming the ranks still running after ``timeout_s``."""
     _check_schedules(schedules)
     ranks = len(schedules)
-    if torch.cuda.is_available() and ranks > torch.cuda.device_count():
-        raise ValueError(f"ranks = {ranks}; expected at most one rank a GPU ({torch.cuda.device_count()} here)")
     import torch.multiprocessing as mp
 
     port = _free_port()
@@ -137,20 +136,26 @@ def _rank_main(rank, ranks, port, schedules, setup, init_timeout_s, folder) -> N
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    cuda = torch.cuda.is_available()
-    if cuda:
-        torch.cuda.set_device(rank)
+    nccl = _backend(ranks) == "nccl"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank % torch.cuda.device_count())
         os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group(_backend(ranks), init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=ranks, timeout=timedelta(seconds=init_timeout_s))
     try:
-        reports = _run_rank(rank, schedules[rank], setup, dist)
+        reports = _run_rank(rank, schedules[rank], setup, dist, "cuda" if nccl else "cpu")
         Path(folder, f"rank-{rank}.pkl").write_bytes(pickle.dumps(reports))
     finally:
         dist.destroy_process_group()
 
 
-def _run_rank(rank: int, schedule: list[Requests], setup: Setup, dist) -> list[RankStep]:
+def _backend(ranks: int) -> str:
+    """NCCL where every rank has a GPU of its own; gloo (on host tensors) on a CPU, or where ranks
+    share GPUs."""
+    return "nccl" if torch.cuda.is_available() and ranks <= torch.cuda.device_count() else "gloo"
+
+
+def _run_rank(rank: int, schedule: list[Requests], setup: Setup, dist, count_device: str) -> list[RankStep]:
     from .compressor.batch import ExtendBatch
     from .compressor.compress import compress
     from .compressor.config import Config
@@ -168,7 +173,7 @@ def _run_rank(rank: int, schedule: list[Requests], setup: Setup, dist) -> list[R
     reports = []
     for step, requests in enumerate(schedule):
         live = sum(n for *_, n in requests)
-        count = torch.tensor([live], device=runner.device)
+        count = torch.tensor([live], device=count_device)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)  # the row count shared by all ranks
         pad_to = int(count.item())
         xs = [layer.random_hidden(live, seed=1000 * rank + 10 * step + i) for i, layer in enumerate(layers)]

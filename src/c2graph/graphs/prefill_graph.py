@@ -284,12 +284,17 @@ class PrefillGraphRunner:
         return PrefillStep("graph", bucket, batch, tuple(buf.latent[:bucket] for buf in self.static.layers))
 
     def refresh(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
-        """Everything done between two replays: the metadata by ``copy_``, once for all layers, then
-        each layer's source projection on the live rows, into its static projection buffer with
-        the tail zeroed. ``xs`` as in :meth:`run`."""
+        """Everything done between two replays: the metadata by ``copy_``, once for all layers
+        (:meth:`StaticBuffers.load`), then every layer's source projection (:meth:`project`)."""
+        self.static.load(batch)
+        self.project(batch, xs)
+
+    def project(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
+        """The eager break before the captured work: each layer's source projection on the live
+        rows, written into its static projection buffer, the tail up to the bucket zeroed.
+        ``xs`` as in :meth:`run`."""
         xs = self._check_xs(xs, batch.live_rows)
         live, bucket = batch.live_rows, batch.num_rows
-        self.static.load(batch)
         for layer, buf, x in zip(self.layers, self.static.layers, xs):
             if layer.use_fused_gate:
                 project_fused(layer, x, out=buf.projected)
