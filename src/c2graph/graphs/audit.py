@@ -5,12 +5,13 @@ read at replay. A capture freezes, per node, every argument that is not a tensor
 float or bool, a list of sizes) and every tensor by its address. The audit records them while
 the work is captured:
 
-- :func:`audit_capture` captures ``fn()`` in a new :class:`~c2graph.graphs.graph.Graph` with two
-  modes entered inside the capture: a ``TorchDispatchMode`` that sees every op the captured code
-  issues (it sits above a CUDA graph and above the CPU emulation alike) and records its name, its
-  non-tensor arguments by value, and its tensor arguments by address, read or written, labelled
-  when they lie in one of the ``labels`` tensors (``"low_ratio_extend_offsets"``, ``"pos[:32]"``);
-  and a ``TorchFunctionMode`` that names the call a refused capture died in.
+- :func:`audit_capture` captures ``fn()`` in a new :class:`~c2graph.graphs.graph.Graph` with the
+  modes of :mod:`c2graph.graphs.op_record` entered inside the capture: a ``TorchDispatchMode``
+  that sees every op the captured code issues (it sits above a CUDA graph and above the CPU
+  emulation alike) and records its name, its non-tensor arguments by value, and its tensor
+  arguments by address, read or written, labelled when they lie in one of the ``labels`` tensors
+  (``"low_ratio_extend_offsets"``, ``"pos[:32]"``); and a ``TorchFunctionMode`` that names the
+  call a refused capture died in.
 - :func:`audit_twice` captures the same work twice, with two different batches loaded (the same
   static sizes), and compares: a value that differs between the two captures, or a tensor read at
   an address (or of a shape) that differs, was taken from the batch, not from static sizes. A
@@ -25,62 +26,15 @@ addresses, which may differ between two captures, are not mistaken for batch con
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten
 
 from ..compressor.batch import ExtendBatch, Request
 from ..compressor.extend_offsets import build_extend_offsets
 from .graph import Graph, warmup
-
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_SKIP = (_TORCH_DIR, os.path.abspath(__file__), os.path.join(_PACKAGE_DIR, "graphs", "graph.py"), "contextlib")
-# Ops that launch nothing: bare allocations, and the lift of a Python number into a tensor.
-_NO_NODE = frozenset({"aten.empty.memory_format", "aten.empty_like.default", "aten.empty_strided.default",
-                      "aten.new_empty.default", "aten.new_empty_strided.default", "aten.lift_fresh.default"})
-
-
-@dataclass(frozen=True)
-class TensorArg:
-    """One tensor argument of a captured op, as the capture holds it: by address.
-
-    ``label``: where it lies (a labelled buffer, a view of one, a temporary made by an earlier
-    op, a Python number, or an unlabelled tensor); ``key``: what identifies it across two captures.
-    """
-
-    name: str
-    written: bool
-    label: str
-    key: tuple
-    shape: tuple[int, ...]
-    address: int
-
-    def __str__(self) -> str:
-        base = self.label.split("[")[0].split(" ")[0]
-        return self.label if base == self.name else f"{self.name}: {self.label}"
-
-
-@dataclass(frozen=True)
-class OpRecord:
-    """One op of a capture: its name, the values it froze, the tensors it reads and writes.
-
-    ``launches`` is false for views and bare allocations (no node of their own: their ints become
-    the addresses and shapes of the tensors later nodes read). ``where``: the line that issued it.
-    """
-
-    index: int
-    op: str
-    launches: bool
-    scalars: tuple[tuple[str, object], ...]
-    tensors: tuple[TensorArg, ...]
-    where: str
+from .op_record import CallWatch, OpRecord, Recorder
 
 
 @dataclass
@@ -205,106 +159,7 @@ def _mark(text: str, flag: Flag | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Recording
-
-
-class _Auditor(TorchDispatchMode):
-    """Records every op dispatched inside the capture (entered innermost, so it sees them first)."""
-
-    def __init__(self, labels: dict[str, torch.Tensor]):
-        super().__init__()
-        self.records: list[OpRecord] = []
-        self.error_op: str | None = None
-        self._made: dict[int, str] = {}  # storage address -> "temporary of op i"
-        self._numbers: dict[int, object] = {}  # storage address -> the Python number it holds
-        self._labels = [(name, t, _storage(t), _byte_range(t)) for name, t in labels.items()]
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        index = len(self.records)
-        if func is torch.ops.aten.lift_fresh.default:
-            self._note_number(args[0])
-        with torch._C.DisableTorchFunction():
-            record = self._record(index, func, args, kwargs)
-        self.records.append(record)
-        try:
-            out = func(*args, **kwargs)
-        except Exception:
-            self.error_op = self.error_op or str(func)
-            raise
-        with torch._C.DisableTorchFunction():
-            inputs = {_storage(t) for t in _tensors((args, kwargs))}
-            for k, t in enumerate(_tensors(out)):
-                if _storage(t) not in inputs and _storage(t):
-                    self._made[_storage(t)] = f"temporary of op {index}" + (f" (output {k})" if k else "")
-        return out
-
-    def _note_number(self, t: torch.Tensor) -> None:
-        """A tensor made from Python data (a number written with ``t[i] = 0.0``): keep its value,
-        read on the host with every mode out of the way (it is a host tensor, not yet copied)."""
-        with torch._C.DisableTorchFunction(), _disable_current_modes():
-            if t.device.type == "cpu" and t.numel() <= 8:
-                self._numbers[_storage(t)] = t.tolist()
-
-    def _record(self, index, func, args, kwargs) -> OpRecord:
-        scalars, tensors = [], []
-        for i, arg in enumerate(func._schema.arguments):
-            if i < len(args):
-                value = args[i]
-            elif arg.name in kwargs:
-                value = kwargs[arg.name]
-            else:
-                continue
-            written = arg.alias_info is not None and arg.alias_info.is_write
-            leaves = _tensors(value)
-            if leaves:
-                many = len(leaves) > 1 or isinstance(value, (list, tuple))
-                tensors += [self._tensor(f"{arg.name}[{k}]" if many else arg.name, t, written)
-                            for k, t in enumerate(leaves)]
-            elif _is_number(value):
-                scalars.append((arg.name, list(value) if isinstance(value, (list, tuple)) else value))
-        name = str(func)
-        launches = not (func.is_view or torch.Tag.inplace_view in func.tags or name in _NO_NODE)
-        return OpRecord(index, name, launches, tuple(scalars), tuple(tensors), _where())
-
-    def _tensor(self, name: str, t: torch.Tensor, written: bool) -> TensorArg:
-        storage, (b0, b1) = _storage(t), _byte_range(t)
-        shape, stride = tuple(t.shape), tuple(t.stride())
-        if storage in self._numbers:
-            value = self._numbers[storage]
-            return TensorArg(name, written, f"the Python number {value!r}", ("number", value), shape, storage + b0)
-        best = None
-        for label, lt, ls, (l0, l1) in self._labels:
-            if ls == storage and l0 <= b0 and b1 <= l1 and (best is None or l1 - l0 < best[3][1] - best[3][0]):
-                best = (label, lt, ls, (l0, l1))
-        if best is not None:
-            label, lt, _, (l0, _) = best
-            text = _view_text(label, lt, (b0 - l0) // t.element_size(), shape, stride)
-            key = ("label", label, b0 - l0, shape, stride)
-        elif storage in self._made:
-            text = self._made[storage]
-            key = ("made", text, b0, shape, stride)
-        else:
-            text = f"an unlabelled tensor {list(shape)}"
-            key = ("unlabelled", storage + b0, shape, stride)
-        return TensorArg(name, written, text, key, shape, storage + b0)
-
-
-class _CallWatch(TorchFunctionMode):
-    """Names the torch call (``Tensor.tolist``, ``tensor``) that a refused capture died in."""
-
-    def __init__(self):
-        super().__init__()
-        self.refused_at: str | None = None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        try:
-            return func(*args, **(kwargs or {}))
-        except Exception:
-            if self.refused_at is None:
-                owner = "Tensor." if getattr(func, "__objclass__", None) is torch._C.TensorBase else ""
-                self.refused_at = f"{owner}{getattr(func, '__name__', str(func))} [{_where()}]"
-            raise
+# Capturing and comparing
 
 
 def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor], *, backend: str | None = None
@@ -316,7 +171,7 @@ def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor], *, 
     """
     if not isinstance(labels, dict) or not all(isinstance(t, torch.Tensor) for t in labels.values()):
         raise ValueError("labels must be a dict of name -> tensor")
-    auditor, watch = _Auditor(labels), _CallWatch()
+    auditor, watch = Recorder(labels), CallWatch()
     try:
         with Graph(backend).capture(), watch, auditor:
             fn()
@@ -406,72 +261,18 @@ def audit_runner(runner, bucket: int) -> GraphAudit:
     name = type(runner).__name__ + (f" ({runner.variant})" if hasattr(runner, "variant") else "")
     title = f"audit of {name}, bucket {bucket}, {len(runner.layers)} layer(s): {runner.path} path"
     return audit_twice(lambda: runner._compress(bucket), lambda: runner._load_capture_batch(bucket),
-                       lambda: runner.refresh(batch, xs), runner.labels(), title=title, batches=batches)
+                       lambda: runner.refresh(batch, xs), runner_labels(runner), title=title, batches=batches)
 
 
-# ---------------------------------------------------------------------------------------------
-# Helpers
+def runner_labels(runner) -> dict[str, torch.Tensor]:
+    """Every tensor a runner's captured work touches, by name: the shared metadata, and each
+    layer's buffers, pools and weights (``"projected[layer 3]"`` where the runner has several)."""
+    out = dict(runner.static.metadata())
+    several = len(runner.layers) > 1
+    for i, (layer, pools, buf) in enumerate(zip(runner.layers, runner.layer_pools, runner.static.layers)):
+        tensors = {**buf.tensors(), **pools.tensors(), "norm_w": layer.norm_w, "wk": layer.wk,
+                   "k_norm_w": layer.k_norm_w, "inv_freq": layer.inv_freq}
+        out.update({f"{name}[layer {i}]" if several else name: t for name, t in tensors.items()})
+    return out
 
 
-def _storage(t: torch.Tensor) -> int:
-    return t.untyped_storage().data_ptr()
-
-
-def _byte_range(t: torch.Tensor) -> tuple[int, int]:
-    start = t.storage_offset() * t.element_size()
-    if t.numel() == 0:
-        return start, start
-    span = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
-    return start, start + span * t.element_size()
-
-
-def _tensors(tree) -> list[torch.Tensor]:
-    return [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
-
-
-def _is_number(value) -> bool:
-    if isinstance(value, (list, tuple)):
-        return bool(value) and all(_is_number(v) for v in value)
-    return isinstance(value, (bool, int, float, torch.SymInt, torch.SymFloat))
-
-
-def _view_text(name: str, base: torch.Tensor, offset: int, shape: tuple, stride: tuple) -> str:
-    """The view as an index of the labelled tensor: ``name``, ``name[:16]``, ``name[0, 3]``,
-    ``name[:16, 32:64]``; the view's shape and offset where it is no such index."""
-    generic = f"{name} (view {list(shape)} at element {offset})"
-    if base.dim() == 0 or not base.is_contiguous():
-        return name if offset == 0 and tuple(shape) == tuple(base.shape) else generic
-    index, rest = [], offset
-    for s in base.stride():
-        index.append(rest // s)
-        rest %= s
-    moving = {st: n for n, st in zip(shape, stride) if n > 1}  # strides of the view's dims that move
-    if len(moving) != sum(1 for n in shape if n > 1):
-        return generic
-    parts = []
-    for i, s, size in zip(index, base.stride(), base.shape):
-        if size > 1 and s in moving:
-            m = moving.pop(s)
-            if i + m > size:
-                return generic
-            parts.append(":" if (i == 0 and m == size) else f"{i if i else ''}:{i + m}")
-        else:
-            parts.append(str(i))
-    if moving:
-        return generic
-    while parts and parts[-1] == ":":
-        parts.pop()
-    return f"{name}[{', '.join(parts)}]" if parts else name
-
-
-def _where() -> str:
-    """The innermost line outside torch, this module and the graph emulation: ``file.py: function``."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not any(skip in path for skip in _SKIP):
-            if path.startswith(_PACKAGE_DIR):
-                return f"{path[len(_PACKAGE_DIR):]}: {frame.f_code.co_name}"
-            return f"your code: {frame.f_code.co_name}"
-        frame = frame.f_back
-    return "?"

@@ -366,17 +366,6 @@ class PrefillGraphRunner:
 
         return audit_runner(self, bucket)
 
-    def labels(self) -> dict[str, torch.Tensor]:
-        """Every tensor the captured work touches, by name: the static buffers, each layer's
-        weights and pools (``"projected[layer 3]"`` where the runner has several layers)."""
-        out = dict(self.static.metadata())
-        several = len(self.layers) > 1
-        for i, (layer, pools, buf) in enumerate(zip(self.layers, self.layer_pools, self.static.layers)):
-            tensors = {**buf.tensors(), **pools.tensors(), "norm_w": layer.norm_w, "wk": layer.wk,
-                       "k_norm_w": layer.k_norm_w, "inv_freq": layer.inv_freq}
-            out.update({f"{name}[layer {i}]" if several else name: t for name, t in tensors.items()})
-        return out
-
 
 def _check_layers_and_pools(layers, pools) -> tuple[tuple[SourceLayer, ...], tuple[Pools, ...]]:
     """One layer and one ``Pools``, or two lists of the same length; one Config and device for all."""
