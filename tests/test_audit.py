@@ -13,7 +13,7 @@ from support import make_case
 
 import c2graph as c2
 from c2graph.compressor.model import layer_pools, model_preset
-from c2graph.graphs.audit import audit_batch, audit_capture, audit_twice, compare_captures
+from c2graph.graphs.audit import audit_batch, audit_capture, audit_twice, compare_captures, recording
 from c2graph.graphs.broken_offsets import BrokenOffsetsRunner
 
 HOST_COPY = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
@@ -145,3 +145,20 @@ def test_the_audit_batch_is_ragged_and_writes_nothing():
         runner.audit(8)
     with pytest.raises(ValueError, match="labels"):
         audit_capture(lambda: None, {"x": 1})
+
+
+def test_recording_inside_a_capture_leaves_the_graph_working():
+    """What ``Graph.audit`` can build on: the records of a capture that still replays."""
+    x = torch.ones(4, device=DEV)
+    graph = c2.Graph()
+    with graph.capture(), recording({"x": x}) as records:
+        x.mul_(2)
+    assert [(r.op, r.scalars, [t.label for t in r.tensors]) for r in records.records] == [
+        ("aten.mul_.Tensor", (("other", 2),), ["x"])]
+    graph.replay()
+    graph.replay()
+    assert x.tolist() == [4.0] * 4
+    with pytest.raises(RuntimeError, match=HOST_COPY):
+        with c2.Graph().capture(), recording({"x": x}) as refused:
+            x.tolist()
+    assert refused.refused.startswith(HOST_COPY) and "(in Tensor.tolist [your code:" in refused.refused

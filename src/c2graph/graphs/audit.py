@@ -5,13 +5,13 @@ read at replay. A capture freezes, per node, every argument that is not a tensor
 float or bool, a list of sizes) and every tensor by its address. The audit records them while
 the work is captured:
 
-- :func:`audit_capture` captures ``fn()`` in a new :class:`~c2graph.graphs.graph.Graph` with the
-  modes of :mod:`c2graph.graphs.op_record` entered inside the capture: a ``TorchDispatchMode``
-  that sees every op the captured code issues (it sits above a CUDA graph and above the CPU
-  emulation alike) and records its name, its non-tensor arguments by value, and its tensor
-  arguments by address, read or written, labelled when they lie in one of the ``labels`` tensors
-  (``"low_ratio_extend_offsets"``, ``"pos[:32]"``); and a ``TorchFunctionMode`` that names the
-  call a refused capture died in.
+- :func:`recording` (entered inside any capture) and :func:`audit_capture` (which captures
+  ``fn()`` in a new :class:`~c2graph.graphs.graph.Graph` with it) record with the modes of
+  :mod:`c2graph.graphs.op_record`: a ``TorchDispatchMode`` that sees every op the captured code
+  issues (it sits above a CUDA graph and above the CPU emulation alike) and records its name, its
+  non-tensor arguments by value, and its tensor arguments by address, read or written, labelled
+  when they lie in one of the ``labels`` tensors (``"low_ratio_extend_offsets"``,
+  ``"pos[:32]"``); and a ``TorchFunctionMode`` that names the call a refused capture died in.
 - :func:`audit_twice` captures the same work twice, with two different batches loaded (the same
   static sizes), and compares: a value that differs between the two captures, or a tensor read at
   an address (or of a shape) that differs, was taken from the batch, not from static sizes. A
@@ -26,6 +26,7 @@ addresses, which may differ between two captures, are not mistaken for batch con
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -162,23 +163,42 @@ def _mark(text: str, flag: Flag | None) -> str:
 # Capturing and comparing
 
 
-def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor], *, backend: str | None = None
-                  ) -> CaptureRecords:
-    """Capture ``fn()`` in a new :class:`Graph` (``backend`` as there) and record every op it issues.
+@contextlib.contextmanager
+def recording(labels: dict[str, torch.Tensor]):
+    """Record every op issued inside the ``with`` block: enter it inside a capture (any backend).
 
-    ``labels``: tensors to name by where an argument lies. A refused capture is reported in
-    ``refused`` (its error's first line and the call it died in), never raised.
+    Yields a :class:`CaptureRecords` that fills as the block runs; when the block raises (a
+    refused capture), ``refused`` says why (its error's first line and the call it died in) and
+    the error goes on.
     """
     if not isinstance(labels, dict) or not all(isinstance(t, torch.Tensor) for t in labels.values()):
         raise ValueError("labels must be a dict of name -> tensor")
-    auditor, watch = Recorder(labels), CallWatch()
+    recorder, watch = Recorder(labels), CallWatch()
+    records = CaptureRecords(recorder.records)
     try:
-        with Graph(backend).capture(), watch, auditor:
+        with watch, recorder:
+            yield records
+    except Exception as e:
+        at = watch.refused_at or recorder.error_op
+        records.refused = f"{str(e).splitlines()[0]} ({f'in {at}' if at else 'at the end of the capture'})"
+        raise
+
+
+def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor], *, backend: str | None = None
+                  ) -> CaptureRecords:
+    """Capture ``fn()`` in a new :class:`Graph` (``backend`` as there) and record every op it issues
+    (:func:`recording`). ``labels``: tensors to name by where an argument lies. A refused capture is
+    reported in ``refused``, never raised."""
+    records = None
+    try:
+        with Graph(backend).capture(), recording(labels) as records:
             fn()
     except Exception as e:  # a refused capture is the finding, not a failure of the audit
-        at = watch.refused_at or auditor.error_op or "the end of the capture"
-        return CaptureRecords(auditor.records, f"{str(e).splitlines()[0]} (in {at})")
-    return CaptureRecords(auditor.records)
+        if records is None:  # refused before recording began
+            raise
+        if records.refused is None:  # the capture failed as it ended
+            records.refused = f"{str(e).splitlines()[0]} (at the end of the capture)"
+    return records
 
 
 def audit_twice(fn, load_first, load_second, labels, *, title: str, batches: tuple[str, str],
