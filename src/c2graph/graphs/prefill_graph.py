@@ -174,7 +174,7 @@ class PrefillGraphRunner:
     ):
         self.layers, self.layer_pools = _check_layers_and_pools(layers, pools)
         buckets = sorted(set(buckets))
-        if not buckets or any(not isinstance(b, int) or b <= 0 for b in buckets):
+        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in buckets):
             raise ValueError(f"buckets = {list(buckets)!r}; expected positive ints")
         if not isinstance(request_slots, int) or request_slots <= 0:
             raise ValueError(f"request_slots = {request_slots!r}; expected a positive int")
