@@ -35,6 +35,14 @@ from pathlib import Path
 
 import torch
 
+from .compressor.batch import ExtendBatch
+from .compressor.compress import compress
+from .compressor.config import Config
+from .compressor.model import layer_pools, served_layers
+from .compressor.req_to_token import ReqToTokenPool
+from .graphs.prefill_graph import PrefillGraphRunner
+from .measure.compare import compare, compare_pools
+
 Requests = list[tuple[int, int, int]]
 
 
@@ -156,14 +164,6 @@ def _backend(ranks: int) -> str:
 
 
 def _run_rank(rank: int, schedule: list[Requests], setup: Setup, dist, count_device: str) -> list[RankStep]:
-    from .compressor.batch import ExtendBatch
-    from .compressor.compress import compress
-    from .compressor.config import Config
-    from .compressor.model import layer_pools, served_layers
-    from .compressor.req_to_token import ReqToTokenPool
-    from .graphs.prefill_graph import PrefillGraphRunner
-    from .measure.compare import compare, compare_pools
-
     cfg = Config.tiny()
     layers = served_layers(cfg, setup.n_layers, unfused_every=setup.unfused_every, seed=0)
     alloc = ReqToTokenPool(cfg, setup.pool_requests, setup.max_seq_len, seed=rank)
