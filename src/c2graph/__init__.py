@@ -72,3 +72,9 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# Many source layers, the capture audit (appended: the names above keep their order).
+from .compressor.model import layer_pools, model_preset, served_layers  # noqa: E402
+from .graphs.audit import GraphAudit, audit_capture  # noqa: E402
+
+__all__ += ["GraphAudit", "audit_capture", "layer_pools", "model_preset", "served_layers"]

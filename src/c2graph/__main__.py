@@ -2,6 +2,7 @@
 
 - ``bench``: the GPU benchmark (:mod:`c2graph.measure.bench`)
 - ``figures FOLDER``: write the figures (:mod:`c2graph.pictures.figures`)
+- ``dp --ranks N``: data-parallel ranks as real processes (:mod:`c2graph.dp`)
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 COMMANDS = {
     "bench": "c2graph.measure.bench",
     "figures": "c2graph.pictures.figures",
+    "dp": "c2graph.dp",
 }
 
 

@@ -1,13 +1,14 @@
 """How per-request extend offsets break a CUDA graph: the fused path inside the prefill graph,
 with its offsets handled the way an eager path naturally handles them.
 
-Each variant changes one thing in :class:`~c2graph.prefill_graph.PrefillGraphRunner` and
-keeps everything else (buckets, static metadata, projection) as it is:
+Each variant changes one thing in :class:`~c2graph.graphs.prefill_graph.PrefillGraphRunner`
+(one source layer, with the fused gate) and keeps everything else (buckets, static metadata,
+projection) as it is:
 
 - ``"tolist"``: the captured code reads the offsets back to the host with ``.tolist()`` to get
-  Python ints for the launch. A host sync: capture refuses it.
+  Python ints for the launch. A device-to-host copy: capture refuses it.
 - ``"tensor_from_list"``: it builds the offsets tensor from the host's Python lists with
-  ``torch.tensor(list)``. A host-to-device copy of host data, a sync too: capture refuses it.
+  ``torch.tensor(list)``. A copy from pageable host memory to the device: capture refuses it.
 - ``"python_ints"``: it writes each slot's first row and row count into an offsets tensor as
   Python ints. Capture records those ints; every replay writes the *dummy batch's* offsets
   (one request covering all rows), so rows pair across request boundaries and odd-start
@@ -17,9 +18,8 @@ keeps everything else (buckets, static metadata, projection) as it is:
 - ``"grid_from_batch"``: offsets are fine, but the grid is sized from the live rows of the batch
   seen at capture; replays never visit rows past them.
 
-The fix (the next notebook) is none of these: a static ``[2, request_slots]`` int32 tensor,
-refreshed by ``copy_`` before every replay, read inside a kernel whose grid depends only on
-static sizes, which is what :class:`PrefillGraphRunner` does.
+Every variant replays the batch seen at capture in one way or another. What would a graph-safe
+way of handing the fused kernel its offsets have to satisfy? Notebook 04 answers it.
 """
 
 from __future__ import annotations
@@ -47,6 +47,8 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
     """A prefill graph runner whose fused path handles the extend offsets in one broken way.
 
     ``capture_rows`` (``"grid_from_batch"`` only): live rows of the batch seen at capture.
+    ``capture=False``: no graph is captured (for :meth:`audit`, which captures its own, even of a
+    variant whose capture is refused).
     """
 
     def __init__(
@@ -59,9 +61,12 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         request_slots: int,
         capture_rows: int | None = None,
         warmup_iters: int = 2,
+        capture: bool = True,
     ):
         if variant not in VARIANTS:
             raise ValueError(f"variant = {variant!r}; expected one of {sorted(VARIANTS)}")
+        if not isinstance(layer, SourceLayer):
+            raise ValueError(f"layer is a {type(layer).__name__}; expected one SourceLayer (a variant has one layer)")
         if not layer.use_fused_gate:
             raise ValueError("layer.use_fused_gate is False; the broken variants are of the fused path")
         self.variant = variant
@@ -72,7 +77,7 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         self.offsets_tensor: torch.Tensor | None = None
         self._kept_alive: list[torch.Tensor] = []
         super().__init__(layer, pools, buckets=buckets, request_slots=request_slots,
-                         warmup_iters=warmup_iters)
+                         warmup_iters=warmup_iters, capture=capture)
 
     def _remember(self, offsets: torch.Tensor, live_rows: int) -> None:
         """Outside any capture: keep the batch's offsets as an eager path has them."""
@@ -81,7 +86,7 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         if self.variant == "rebound":
             self.offsets_tensor = offsets.clone()  # a fresh tensor per batch
 
-    def _capture(self, bucket: int, warmup_iters: int):
+    def _load_capture_batch(self, bucket: int) -> None:
         s = self.static
         s.load_dummy(bucket)
         rows = bucket
@@ -95,7 +100,6 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
             # A graph holds only a raw pointer: keep the tensor it was captured with alive, or
             # its memory could go to another tensor and every replay would read garbage.
             self._kept_alive.append(self.offsets_tensor)
-        return super()._capture_loaded(bucket, warmup_iters)
 
     def refresh(self, batch: ExtendBatch, x: torch.Tensor) -> None:
         super().refresh(batch, x)

@@ -1,22 +1,26 @@
-"""The prefill graph: one captured graph per bucket, replayed over static buffers (SPEC §6).
+"""The prefill graph: one captured graph per bucket, replayed over static buffers.
 
-At capture time the runner knows only the static sizes: the bucket (a token count) and
-``request_slots``. It allocates, once, every buffer the captured work reads, sized for the
-largest bucket (each bucket's graph uses the first ``bucket`` rows of them):
+The runner compresses every source layer of a model in one graph per bucket. At capture time it
+knows only the static sizes: the bucket (a token count) and ``request_slots``. It allocates, once,
+every buffer the captured work reads, sized for the largest bucket (each bucket's graph uses the
+first ``bucket`` rows of them):
 
-- the projection output: one ``[T, 2D]`` fp32 ``| kv | score |`` buffer for a layer with the
-  fused gate, or separate ``kv`` and ``score`` ``[T, D]`` fp32 buffers for one without;
-- per-row metadata ``pos``, ``req``, ``raw_out_loc``, ``c2_slot`` (``[T]`` int64);
-- the extend offsets, ``low_ratio_extend_offsets``: ``[2, request_slots]`` int32;
-- the latents ``[T, D]`` bf16 that the compressor writes.
+- one set of row metadata shared by all layers: ``pos``, ``req``, ``raw_out_loc``, ``c2_slot``
+  (``[T]`` int64) and the extend offsets ``low_ratio_extend_offsets`` (``[2, request_slots]``
+  int32: row 0 the first row of each request slot, row 1 its row count);
+- per layer, the projection output: one ``[T, 2D]`` fp32 ``| kv | score |`` buffer for a layer
+  with the fused gate, or separate ``kv`` and ``score`` ``[T, D]`` fp32 buffers for one without;
+  and the latents ``[T, D]`` bf16 that its compressor writes.
 
 Each graph is captured with a dummy batch: one request covering all rows, every row padding
-(``raw_out_loc == 0``), so the warm-up and the capture write nothing real.
+(``raw_out_loc == 0``), so the warm-up and the capture write nothing real. The graphs share one
+memory pool, the largest bucket captured first, as serving engines do (they never replay at the
+same time).
 
 To run a batch: pick the smallest bucket that fits (eager above the largest bucket, or when
 padding would more than double the rows), build the batch's metadata, ``copy_`` it into the
-static buffers, run the source projection on the live rows into the static projection buffer
-(zeroing its tail), and replay.
+static buffers once for all layers, run each layer's source projection on the live rows into its
+static projection buffer (zeroing its tail), and replay.
 """
 
 from __future__ import annotations
@@ -27,42 +31,48 @@ from dataclasses import dataclass
 
 import torch
 
+from ..compressor.arguments import check_layer_batch_pools
 from ..compressor.batch import ExtendBatch, Request, check_requests
+from ..compressor.compress import compress, layer_path
+from ..compressor.extend_offsets import build_extend_offsets
 from ..compressor.fused import compress_fused
-from .graph import Graph, warmup
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
-from ..compressor.compress import compress, layer_path
 from ..compressor.torch_path import compress_torch
-from ..compressor.arguments import check_layer_batch_pools
+from .graph import Graph, warmup
 
 
 @dataclass
 class PrefillStep:
     """What :meth:`PrefillGraphRunner.run` did with one batch.
 
-    ``latent`` is ``[rows, D]`` bf16; after a replay it is a view of the static latent buffer,
-    overwritten by the next replay (copy it to keep it).
+    ``latents``: one ``[rows, D]`` bf16 tensor per layer; after a replay each is a view of that
+    layer's static latent buffer, overwritten by the next replay (copy it to keep it).
     """
 
     mode: str  # "graph" or "eager"
     bucket: int | None
     batch: ExtendBatch
-    latent: torch.Tensor
+    latents: tuple[torch.Tensor, ...]
+
+    @property
+    def latent(self) -> torch.Tensor:
+        """The latents of a one-layer runner: ``[rows, D]`` bf16."""
+        if len(self.latents) != 1:
+            raise ValueError(f"this step has {len(self.latents)} layers; expected 1 (use step.latents[i])")
+        return self.latents[0]
 
 
-class StaticBuffers:
-    """Every tensor the captured work reads or writes, at a fixed address, sized for ``rows``."""
+class LayerBuffers:
+    """The static buffers of one source layer, ``rows`` long: its projection output and its latents.
 
-    def __init__(self, layer: SourceLayer, rows: int, request_slots: int, device: torch.device):
+    ``projected``: ``[rows, 2D]`` fp32 (a layer with the fused gate), or ``kv`` and ``score``:
+    ``[rows, D]`` fp32 each (one without); ``latent``: ``[rows, D]`` bf16.
+    """
+
+    def __init__(self, layer: SourceLayer, rows: int, device: torch.device):
         D = layer.cfg.D
-        i64 = dict(dtype=torch.int64, device=device)
-        self.pos = torch.zeros(rows, **i64)
-        self.req = torch.zeros(rows, **i64)
-        self.raw_out_loc = torch.zeros(rows, **i64)
-        self.c2_slot = torch.zeros(rows, **i64)
-        self.extend_offsets = torch.zeros(2, request_slots, dtype=torch.int32, device=device)
         f32 = dict(dtype=torch.float32, device=device)
         if layer.use_fused_gate:
             self.projected = torch.zeros(rows, 2 * D, **f32)
@@ -70,6 +80,47 @@ class StaticBuffers:
             self.kv = torch.zeros(rows, D, **f32)
             self.score = torch.zeros(rows, D, **f32)
         self.latent = torch.zeros(rows, D, dtype=torch.bfloat16, device=device)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every buffer by name."""
+        return dict(vars(self))
+
+
+class StaticBuffers:
+    """Every tensor the captured work reads or writes, at a fixed address, sized for ``rows``.
+
+    The row metadata and ``low_ratio_extend_offsets`` are shared by all layers; ``layers[i]``
+    holds layer ``i``'s :class:`LayerBuffers`.
+    """
+
+    def __init__(self, layers: Sequence[SourceLayer], rows: int, request_slots: int, device: torch.device):
+        i64 = dict(dtype=torch.int64, device=device)
+        self.pos = torch.zeros(rows, **i64)
+        self.req = torch.zeros(rows, **i64)
+        self.raw_out_loc = torch.zeros(rows, **i64)
+        self.c2_slot = torch.zeros(rows, **i64)
+        self.low_ratio_extend_offsets = torch.zeros(2, request_slots, dtype=torch.int32, device=device)
+        self.layers = [LayerBuffers(layer, rows, device) for layer in layers]
+
+    @property
+    def extend_offsets(self) -> torch.Tensor:
+        """``low_ratio_extend_offsets``, by the name an :class:`ExtendBatch` gives its offsets."""
+        return self.low_ratio_extend_offsets
+
+    def _only(self) -> LayerBuffers:
+        if len(self.layers) != 1:
+            raise AttributeError(f"these buffers hold {len(self.layers)} layers; use static.layers[i]")
+        return self.layers[0]
+
+    projected = property(lambda self: self._only().projected, doc="A one-layer runner's ``projected``.")
+    kv = property(lambda self: self._only().kv, doc="A one-layer runner's ``kv``.")
+    score = property(lambda self: self._only().score, doc="A one-layer runner's ``score``.")
+    latent = property(lambda self: self._only().latent, doc="A one-layer runner's ``latent``.")
+
+    def metadata(self) -> dict[str, torch.Tensor]:
+        """The shared row metadata and offsets by name."""
+        names = ("pos", "req", "raw_out_loc", "c2_slot", "low_ratio_extend_offsets")
+        return {name: getattr(self, name) for name in names}
 
     def batch(self, bucket: int) -> ExtendBatch:
         """The static batch a graph of ``bucket`` rows is captured with: views of the buffers."""
@@ -79,85 +130,115 @@ class StaticBuffers:
             req=self.req[:bucket],
             raw_out_loc=self.raw_out_loc[:bucket],
             c2_slot=self.c2_slot[:bucket],
-            extend_offsets=self.extend_offsets,
+            extend_offsets=self.low_ratio_extend_offsets,
             kv_slots_needed=1,
         )
 
     def load_dummy(self, bucket: int) -> None:
         """One request covering all ``bucket`` rows, every row padding: nothing real is written."""
         self.pos[:bucket].copy_(torch.arange(bucket, device=self.pos.device))
-        self.req[:bucket].zero_()
-        self.raw_out_loc[:bucket].zero_()
-        self.c2_slot[:bucket].zero_()
-        self.extend_offsets[0].fill_(bucket)
-        self.extend_offsets[0, 0] = 0
-        self.extend_offsets[1].zero_()
-        self.extend_offsets[1, 0] = bucket
+        for name in ("req", "raw_out_loc", "c2_slot"):
+            getattr(self, name)[:bucket].zero_()
+        offsets = build_extend_offsets([bucket], self.low_ratio_extend_offsets.shape[1])
+        self.low_ratio_extend_offsets.copy_(offsets)
 
     def load(self, batch: ExtendBatch) -> None:
         """``copy_`` the batch's metadata into the first ``batch.num_rows`` rows, in place."""
         n = batch.num_rows
         for name in ("pos", "req", "raw_out_loc", "c2_slot"):
             getattr(self, name)[:n].copy_(getattr(batch, name))
-        self.extend_offsets.copy_(batch.extend_offsets)
+        self.low_ratio_extend_offsets.copy_(batch.extend_offsets)
 
 
 class PrefillGraphRunner:
-    """Runs extend batches of one source layer through per-bucket prefill graphs.
+    """Runs extend batches of one or many source layers through per-bucket prefill graphs.
 
-    ``buckets``: the token counts a graph is captured for (a batch is padded up to the next
-    one). ``request_slots``: the most requests one batch may hold. A layer with the fused gate
-    runs the fused path in its graphs, one without runs the torch path.
+    ``layers``: one :class:`SourceLayer`, or a list of them; ``pools``: one :class:`Pools`, or a
+    list of the same length (each layer writes its own caches and ring). All layers share one
+    :class:`Config` and one device. ``buckets``: the token counts a graph is captured for (a batch
+    is padded up to the next one). ``request_slots``: the most requests one batch may hold.
+    A layer with the fused gate runs the fused path in the graph, one without the torch path.
+    ``capture=False`` allocates the buffers but captures no graph (:meth:`audit` captures its
+    own; :meth:`run` then refuses).
     """
 
     def __init__(
         self,
-        layer: SourceLayer,
-        pools: Pools,
+        layers: SourceLayer | Sequence[SourceLayer],
+        pools: Pools | Sequence[Pools],
         *,
         buckets: Sequence[int],
         request_slots: int,
         warmup_iters: int = 2,
+        capture: bool = True,
     ):
+        self.layers, self.layer_pools = _check_layers_and_pools(layers, pools)
         buckets = sorted(set(buckets))
-        if not buckets or any(not isinstance(b, int) or b <= 0 for b in buckets):
+        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in buckets):
             raise ValueError(f"buckets = {list(buckets)!r}; expected positive ints")
         if not isinstance(request_slots, int) or request_slots <= 0:
             raise ValueError(f"request_slots = {request_slots!r}; expected a positive int")
-        self.layer, self.pools = layer, pools
         self.buckets, self.request_slots = buckets, request_slots
-        self.static = StaticBuffers(layer, buckets[-1], request_slots, pools.device)
+        self.device = self.layer_pools[0].device
+        self.static = StaticBuffers(self.layers, buckets[-1], request_slots, self.device)
         self.graphs: dict[int, Graph] = {}
-        for bucket in reversed(buckets):  # largest first, as serving engines do
-            self.graphs[bucket] = self._capture(bucket, warmup_iters)
+        self._memory_pool = None  # the first graph's, shared by the others
+        if capture:
+            for bucket in reversed(buckets):  # largest first: the smaller ones fit in its memory
+                self.graphs[bucket] = self._capture(bucket, warmup_iters)
+
+    @property
+    def layer(self) -> SourceLayer:
+        """The layer of a one-layer runner."""
+        if len(self.layers) != 1:
+            raise AttributeError(f"this runner has {len(self.layers)} layers; use runner.layers[i]")
+        return self.layers[0]
+
+    @property
+    def pools(self) -> Pools:
+        """The pools of a one-layer runner."""
+        if len(self.layer_pools) != 1:
+            raise AttributeError(f"this runner has {len(self.layer_pools)} layers; use runner.layer_pools[i]")
+        return self.layer_pools[0]
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """Each layer's path, ``"fused"`` or ``"torch"`` (:func:`~c2graph.compressor.compress.layer_path`)."""
+        return tuple(layer_path(layer) for layer in self.layers)
 
     @property
     def path(self) -> str:
-        """``"fused"`` or ``"torch"``: the layer's own path (:func:`~c2graph.compressor.compress.layer_path`)."""
-        return layer_path(self.layer)
+        """``"fused"`` or ``"torch"`` when every layer runs that path, else ``"mixed"``."""
+        paths = set(self.paths)
+        return paths.pop() if len(paths) == 1 else "mixed"
 
     # -- capture ----------------------------------------------------------------------------
 
     def _compress(self, bucket: int) -> None:
-        """The captured work: the compressor over the static buffers of ``bucket`` rows."""
+        """The captured work: every layer's compressor over the static buffers of ``bucket`` rows."""
         s = self.static
-        if self.path == "fused":
-            compress_fused(self.layer, s.projected[:bucket], s.batch(bucket), self.pools,
-                           latent_out=s.latent[:bucket], validate=False)
-        else:
-            compress_torch(self.layer, s.kv[:bucket], s.score[:bucket], s.batch(bucket), self.pools,
-                           latent_out=s.latent[:bucket])
+        batch = s.batch(bucket)  # one set of metadata, read by every layer
+        for layer, pools, buf in zip(self.layers, self.layer_pools, s.layers):
+            if layer.use_fused_gate:
+                compress_fused(layer, buf.projected[:bucket], batch, pools, latent_out=buf.latent[:bucket],
+                               validate=False)
+            else:
+                compress_torch(layer, buf.kv[:bucket], buf.score[:bucket], batch, pools,
+                               latent_out=buf.latent[:bucket])
+
+    def _load_capture_batch(self, bucket: int) -> None:
+        """Load the batch a graph of ``bucket`` rows is captured with: the dummy."""
+        self.static.load_dummy(bucket)
 
     def _capture(self, bucket: int, warmup_iters: int) -> Graph:
-        self.static.load_dummy(bucket)
-        return self._capture_loaded(bucket, warmup_iters)
-
-    def _capture_loaded(self, bucket: int, warmup_iters: int) -> Graph:
-        """Warm up (eagerly, outside the capture), then capture, with the static buffers as loaded."""
+        """Load the capture batch, warm up (eagerly, outside the capture), then capture."""
+        self._load_capture_batch(bucket)
         warmup(lambda: self._compress(bucket), iters=warmup_iters)
-        graph = Graph()
+        graph = Graph(pool=self._memory_pool)
         with graph.capture():
             self._compress(bucket)
+        if self._memory_pool is None:
+            self._memory_pool = graph.pool()
         return graph
 
     # -- replay -----------------------------------------------------------------------------
@@ -174,55 +255,136 @@ class PrefillGraphRunner:
         self,
         requests: Sequence[tuple[int, int, int]],
         allocator: ReqToTokenPool,
-        x: torch.Tensor,
+        xs: torch.Tensor | Sequence[torch.Tensor],
         *,
         pad_to: int | None = None,
     ) -> PrefillStep:
-        """Compress one extend batch: ``x`` holds the hidden states of its live rows ``[live, hidden]`` bf16.
+        """Compress one extend batch in every layer.
 
-        ``pad_to`` is the row count shared by all data-parallel ranks (an idle rank passes no
-        requests and still replays, with every row padding).
+        ``xs``: the hidden states of the batch's live rows, one ``[live, hidden]`` bf16 tensor per
+        layer (a single tensor for a one-layer runner). ``pad_to`` is the row count shared by all
+        data-parallel ranks (an idle rank passes no requests and still replays, every row padding).
         """
         requests = check_requests(requests, allocator)
         live = sum(r.extend_len for r in requests)
-        check_hidden(self.layer, x)
-        if x.shape[0] != live:
-            raise ValueError(f"x has {x.shape[0]} rows; expected the batch's {live} live rows")
-        rows = live if pad_to is None else pad_to
-        bucket = self.pick_bucket(rows)
+        xs = self._check_xs(xs, live)
+        if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < live):
+            raise ValueError(f"pad_to = {pad_to!r}; expected an int >= the batch's {live} live rows")
+        bucket = self.pick_bucket(live if pad_to is None else pad_to)
         if bucket is None or len(requests) > self.request_slots:
-            return self._run_eager(requests, allocator, x, pad_to)
-        batch = ExtendBatch.build(requests, allocator, request_slots=self.request_slots,
-                                  pad_to=bucket, device=self.pools.device)
-        check_layer_batch_pools(self.layer, batch, self.pools)
-        self.refresh(batch, x)
+            return self._run_eager(requests, allocator, xs, pad_to)
+        if bucket not in self.graphs:
+            raise RuntimeError(f"no graph for bucket {bucket}: this runner was built with capture=False")
+        batch = ExtendBatch.build(requests, allocator, request_slots=self.request_slots, pad_to=bucket,
+                                  device=self.device)
+        for layer, pools in zip(self.layers, self.layer_pools):
+            check_layer_batch_pools(layer, batch, pools)
+        self.refresh(batch, xs)
         self.graphs[bucket].replay()
-        return PrefillStep("graph", bucket, batch, self.static.latent[:bucket])
+        return PrefillStep("graph", bucket, batch, tuple(buf.latent[:bucket] for buf in self.static.layers))
 
-    def refresh(self, batch: ExtendBatch, x: torch.Tensor) -> None:
-        """Everything done between two replays: metadata by ``copy_``, then the source projection
-        on the live rows, written into the static projection buffer with its tail zeroed."""
-        s, live, bucket = self.static, batch.live_rows, batch.num_rows
-        s.load(batch)
-        if self.path == "fused":
-            project_fused(self.layer, x, out=s.projected)
-            s.projected[live:bucket].zero_()
-        else:
-            kv, score = project(self.layer, x)
-            for buf, val in ((s.kv, kv), (s.score, score)):
-                buf[:live].copy_(val)
-                buf[live:bucket].zero_()
+    def refresh(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
+        """Everything done between two replays: the metadata by ``copy_``, once for all layers
+        (:meth:`StaticBuffers.load`), then every layer's source projection (:meth:`project`)."""
+        self.static.load(batch)
+        self.project(batch, xs)
 
-    def _run_eager(self, requests, allocator, x, pad_to) -> PrefillStep:
+    def project(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
+        """The eager break before the captured work: each layer's source projection on the live
+        rows, written into its static projection buffer, the tail up to the bucket zeroed.
+        ``xs`` as in :meth:`run`."""
+        xs = self._check_xs(xs, batch.live_rows)
+        live, bucket = batch.live_rows, batch.num_rows
+        for layer, buf, x in zip(self.layers, self.static.layers, xs):
+            if layer.use_fused_gate:
+                project_fused(layer, x, out=buf.projected)
+                buf.projected[live:bucket].zero_()
+            else:
+                kv, score = project(layer, x)
+                for target, value in ((buf.kv, kv), (buf.score, score)):
+                    target[:live].copy_(value)
+                    target[live:bucket].zero_()
+
+    def _check_xs(self, xs, live: int) -> tuple[torch.Tensor, ...]:
+        xs = (xs,) if isinstance(xs, torch.Tensor) else tuple(xs)
+        if len(xs) != len(self.layers):
+            raise ValueError(f"xs has {len(xs)} tensors; expected one per layer ({len(self.layers)})")
+        for i, (layer, x) in enumerate(zip(self.layers, xs)):
+            check_hidden(layer, x)
+            if x.shape[0] != live:
+                where = f"xs[{i}]" if len(xs) > 1 else "x"
+                raise ValueError(f"{where} has {x.shape[0]} rows; expected the batch's {live} live rows")
+        return xs
+
+    def _run_eager(self, requests, allocator, xs, pad_to) -> PrefillStep:
         batch = ExtendBatch.build(requests, allocator, request_slots=max(self.request_slots, len(requests)),
-                                  pad_to=pad_to, device=self.pools.device)
-        return PrefillStep("eager", None, batch, compress(self.layer, x, batch, self.pools))
+                                  pad_to=pad_to, device=self.device)
+        latents = tuple(compress(layer, x, batch, pools) for layer, x, pools in zip(self.layers, xs, self.layer_pools))
+        return PrefillStep("eager", None, batch, latents)
+
+    # -- inspection -------------------------------------------------------------------------
 
     def nodes(self, bucket: int) -> list[str]:
-        """The captured graph's nodes for ``bucket`` (recorded ops, or CUDA kernels of one replay).
+        """The captured graph's nodes for ``bucket``, all layers in order (recorded ops, or CUDA
+        kernels of one replay).
 
         The dummy batch is loaded first: where listing the nodes replays the graph (CUDA), that
         replay writes nothing real.
         """
         self.static.load_dummy(bucket)
         return self.graphs[bucket].nodes()
+
+    def layer_nodes(self, bucket: int) -> list[list[str]]:
+        """:meth:`nodes`, split by layer: ``[layer][node]``.
+
+        A graph keeps no layer boundaries, so they are worked out from what each path launches: a
+        fused layer is one node (the one launch of the fused kernel); the torch layers share the
+        rest, and every torch layer launches the same list of nodes (checked: ``RuntimeError``
+        otherwise).
+        """
+        nodes, paths = self.nodes(bucket), self.paths
+        n_torch = paths.count("torch")
+        rest = len(nodes) - paths.count("fused")
+        if rest < 0 or (n_torch and rest % n_torch) or (not n_torch and rest):
+            raise RuntimeError(f"{len(nodes)} nodes do not split into {paths.count('fused')} one-node fused "
+                               f"layers and {n_torch} torch layers of equal length")
+        per_torch = rest // n_torch if n_torch else 0
+        out, i = [], 0
+        for path in paths:
+            n = 1 if path == "fused" else per_torch
+            out.append(nodes[i:i + n])
+            i += n
+        torch_lists = {tuple(chunk) for chunk, path in zip(out, paths) if path == "torch"}
+        if len(torch_lists) > 1:
+            raise RuntimeError("the torch layers' nodes differ from layer to layer; they cannot be split by count")
+        return out
+
+    def audit(self, bucket: int):
+        """What the graph of ``bucket`` froze, from two captures with two batches loaded
+        (:func:`~c2graph.graphs.audit.audit_runner`)."""
+        from .audit import audit_runner
+
+        return audit_runner(self, bucket)
+
+
+def _check_layers_and_pools(layers, pools) -> tuple[tuple[SourceLayer, ...], tuple[Pools, ...]]:
+    """One layer and one ``Pools``, or two lists of the same length; one Config and device for all."""
+    if isinstance(layers, SourceLayer) != isinstance(pools, Pools):
+        raise ValueError(
+            f"layers is a {type(layers).__name__} and pools a {type(pools).__name__}; expected one "
+            "SourceLayer and one Pools, or a list of each"
+        )
+    layers = (layers,) if isinstance(layers, SourceLayer) else tuple(layers)
+    pools = (pools,) if isinstance(pools, Pools) else tuple(pools)
+    if not layers or len(layers) != len(pools):
+        raise ValueError(f"{len(layers)} layers and {len(pools)} pools; expected one Pools per layer, at least one")
+    for i, (layer, p) in enumerate(zip(layers, pools)):
+        if not isinstance(layer, SourceLayer) or not isinstance(p, Pools):
+            raise ValueError(f"layers[{i}] / pools[{i}] are {type(layer).__name__} / {type(p).__name__}; "
+                             "expected a SourceLayer and a Pools")
+        if layer.cfg != layers[0].cfg:
+            raise ValueError(f"layers[{i}].cfg differs from layers[0].cfg; expected one Config for every "
+                             "layer (they share the row metadata)")
+        if p.device != pools[0].device:
+            raise ValueError(f"pools[{i}] is on {p.device}; expected {pools[0].device}, as pools[0]")
+    return layers, pools

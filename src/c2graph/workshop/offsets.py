@@ -1,0 +1,157 @@
+"""Checks of notebook 04's exercises: the offsets builder and the in-place refresh.
+
+- :func:`check_offsets_builder` calls the reader's ``build_offsets(extend_lens, request_slots)``
+  on ragged batches, a full one, one with an empty request and an idle rank's, and compares the
+  ``[2, request_slots]`` int32 tensor with the package's (:func:`~c2graph.build_extend_offsets`).
+- :func:`check_refresh` hands the reader's ``refresh_metadata(static, batch)`` the tensors a
+  prefill graph of a fused and a torch layer was captured with, replays the graph after it, and
+  compares every cache and ring with the same batches run eagerly, bitwise.
+
+Both return a :class:`~c2graph.workshop.CheckResult`; a wrong or unfinished function is reported,
+never raised.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from types import SimpleNamespace
+
+import torch
+
+from ..compressor.batch import ExtendBatch
+from ..compressor.compress import compress, layer_path
+from ..compressor.config import Config
+from ..compressor.extend_offsets import build_extend_offsets
+from ..compressor.model import layer_pools, served_layers
+from ..compressor.req_to_token import ReqToTokenPool
+from ..graphs.prefill_graph import PrefillGraphRunner
+from ..measure.compare import compare_pools
+from .check import CheckResult, run_check
+
+POISON = 123.0
+BUILDER_CASES = [
+    ("3 requests of 5, 6 and 4 rows in 4 request slots", [5, 6, 4], 4),
+    ("a full batch: 4 requests in 4 request slots", [3, 1, 7, 2], 4),
+    ("1 request of 9 rows in 8 request slots", [9], 8),
+    ("a request of 0 rows between two others", [4, 0, 3], 5),
+    ("an idle rank: no request in 4 request slots", [], 4),
+]
+REFRESH_BATCHES = [
+    ("2 requests from position 0", [(0, 0, 7), (1, 0, 6)]),
+    ("3 requests, 2 of them continuing at odd positions", [(0, 7, 5), (1, 6, 3), (2, 1, 6)]),
+    ("a smaller batch after a larger one", [(2, 7, 3)]),
+    ("an idle rank: no request, 16 rows of padding", []),
+]
+
+
+def check_offsets_builder(build_offsets: Callable[[list[int], int], torch.Tensor]) -> CheckResult:
+    """Check ``build_offsets(extend_lens, request_slots)``: int32 ``[2, request_slots]``, row 0 each
+    request slot's first row, row 1 its row count, slots past the batch count 0 starting at the
+    live rows."""
+    first_wrong: list[tuple[torch.Tensor, torch.Tensor, str]] = []
+
+    def cases():
+        out = []
+        for what, lens, slots in BUILDER_CASES:
+            want = build_extend_offsets(lens, slots)
+            got = build_offsets(list(lens), slots)
+            problem = _builder_problem(got, want, sum(lens))
+            if problem and not first_wrong and isinstance(got, torch.Tensor) and got.shape == want.shape:
+                first_wrong.append((got, want, what))
+            out.append((problem is None, what + (f": {problem}" if problem else "")))
+        return out
+
+    def figure():
+        from ..pictures.draw_offsets import draw_offsets_diff
+
+        if first_wrong:
+            got, want, what = first_wrong[0]
+            return draw_offsets_diff(got, want, title=what)
+        return None
+
+    return run_check("offsets builder", cases, figure)
+
+
+def _builder_problem(got, want: torch.Tensor, live: int) -> str | None:
+    if not isinstance(got, torch.Tensor):
+        return f"returned a {type(got).__name__}; expected a torch.Tensor"
+    if got.dtype != torch.int32:
+        return f"dtype {got.dtype}; expected torch.int32 (the kernel reads 32-bit offsets)"
+    if tuple(got.shape) != tuple(want.shape):
+        return f"shape {list(got.shape)}; expected {list(want.shape)} (one column per request slot)"
+    g, w = got.cpu().tolist(), want.tolist()
+    bad = [(k, r) for k in (0, 1) for r in range(len(w[0])) if g[k][r] != w[k][r]]
+    if not bad:
+        return None
+    cells = ", ".join(f"[{k}, {r}] is {g[k][r]}, expected {w[k][r]}" for k, r in bad[:4])
+    past = [r for k, r in bad if w[1][r] == 0 and k == 0]
+    hint = f" (a slot past the batch starts at the live rows, {live})" if past else ""
+    return cells + hint
+
+
+def check_refresh(refresh_metadata: Callable[[SimpleNamespace, ExtendBatch], None]) -> CheckResult:
+    """Check ``refresh_metadata(static, batch)``: it must write the batch's ``pos``, ``req``,
+    ``raw_out_loc``, ``c2_slot`` and ``extend_offsets`` into the captured tensors ``static.pos``,
+    ..., ``static.low_ratio_extend_offsets`` in place. A prefill graph of two layers sharing that
+    metadata (one fused, one torch; bucket 16) is replayed after it, batch after batch, and
+    compared with eager."""
+    failed: list[tuple] = []
+
+    def cases():
+        runner = _refresh_runner()
+        runner.static.load_dummy(16)  # a clean start: every row padding
+        refs = []
+        for p in runner.layer_pools:
+            refs.append(p.poison(POISON).clone())
+        alloc = ReqToTokenPool(runner.layers[0].cfg, 4, 64, seed=4)
+        out = []
+        for i, (what, requests) in enumerate(REFRESH_BATCHES):
+            batch = ExtendBatch.build(requests, alloc, request_slots=4, pad_to=16, device=runner.device)
+            static = SimpleNamespace(**runner.static.metadata())
+            before = dict(vars(static))
+            refresh_metadata(static, batch)
+            xs = [layer.random_hidden(batch.live_rows, seed=40 + 2 * i + k) for k, layer in enumerate(runner.layers)]
+            runner.project(batch, xs)
+            runner.graphs[16].replay()
+            wrong = []
+            for k, (layer, x, got, ref) in enumerate(zip(runner.layers, xs, runner.layer_pools, refs)):
+                compress(layer, x, batch, ref)
+                bad = [c for c in compare_pools(got, ref, skip_slot0=not layer.use_fused_gate) if not c]
+                if bad:
+                    wrong.append(f"{layer_path(layer)} layer: " + ", ".join(_where_differs(c) for c in bad))
+                if bad and not failed:
+                    failed.append((got.clone(), ref.clone(), batch, layer_path(layer)))
+            rebound = [name for name, t in before.items() if getattr(static, name) is not t]
+            line = what + (": graph == eager, bitwise" if not wrong else ": differs from eager in " + "; ".join(wrong))
+            if rebound:
+                line += (f". You rebound static.{', static.'.join(rebound)} to new tensors: the graph still reads "
+                         "the ones it was captured with; copy_ into them instead")
+            out.append((not wrong and not rebound, line))
+        return out
+
+    def figure():
+        from ..pictures.draw_graph import draw_wrong_slots
+
+        if failed:
+            got, want, batch, path = failed[0]
+            return draw_wrong_slots(got, want, batch, got.cfg.ring_size, poison=POISON,
+                                    title=f"the {path} layer after your refresh, against eager")
+        return None
+
+    return run_check("in-place refresh", cases, figure)
+
+
+def _where_differs(c) -> str:
+    """``kv_cache c2 slots [24, 25, ...]`` from a failed comparison."""
+    unit = "rows" if c.name == "ring" else "c2 slots"
+    return f"{c.name} {unit} {c.bad[:6]}"[:-1] + (", ...]" if len(c.bad) > 6 else "]")
+
+
+@functools.lru_cache(maxsize=None)
+def _refresh_runner() -> PrefillGraphRunner:
+    """A fused and a torch layer in graphs of bucket 16 and 4 request slots, captured once per process."""
+    cfg = Config.tiny()
+    layers = served_layers(cfg, 2, unfused_every=2, seed=9)
+    pools = layer_pools(layers, 4, ReqToTokenPool(cfg, 4, 64).kv_slots)
+    return PrefillGraphRunner(layers, pools, buckets=[16], request_slots=4)

@@ -1,0 +1,89 @@
+"""Notebook 04's exercise checks: each passes on a right solution, and reports (never raises) a
+stub that raises ``NotImplementedError`` and a plausible wrong solution."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import torch  # noqa: E402
+
+from c2graph.workshop import CheckResult  # noqa: E402
+from c2graph.workshop.offsets import check_offsets_builder, check_refresh  # noqa: E402
+
+METADATA = ("pos", "req", "raw_out_loc", "c2_slot")
+
+
+def build_offsets(extend_lens, request_slots):
+    """Right: first rows are the running sum; slots past the batch start at the live rows, count 0."""
+    starts, total = [], 0
+    for n in extend_lens:
+        starts.append(total)
+        total += n
+    pad = request_slots - len(extend_lens)
+    return torch.tensor([starts + [total] * pad, list(extend_lens) + [0] * pad], dtype=torch.int32)
+
+
+def build_offsets_zero_start(extend_lens, request_slots):
+    """Wrong: slots past the batch start at row 0 (starts would decrease)."""
+    out = build_offsets(extend_lens, request_slots)
+    out[0, len(extend_lens):] = 0
+    return out
+
+
+def build_offsets_int64(extend_lens, request_slots):
+    """Wrong: the default integer dtype."""
+    return build_offsets(extend_lens, request_slots).long()
+
+
+def stub(*args):
+    """A student copy's stub."""
+    raise NotImplementedError("write this function")
+
+
+def refresh_metadata(static, batch):
+    """Right: copy_ into the captured tensors."""
+    for name in METADATA:
+        getattr(static, name)[: batch.num_rows].copy_(getattr(batch, name))
+    static.low_ratio_extend_offsets.copy_(batch.extend_offsets)
+
+
+def refresh_by_rebinding(static, batch):
+    """Wrong: new tensors under the old names; the graph never sees them."""
+    for name in METADATA:
+        setattr(static, name, getattr(batch, name))
+    static.low_ratio_extend_offsets = batch.extend_offsets
+
+
+def refresh_live_rows_only(static, batch):
+    """Wrong: copies the live rows only, so padding rows keep an earlier batch's metadata."""
+    n = batch.live_rows
+    for name in METADATA:
+        getattr(static, name)[:n].copy_(getattr(batch, name)[:n])
+    static.low_ratio_extend_offsets.copy_(batch.extend_offsets)
+
+
+def test_offsets_builder_check():
+    ok = check_offsets_builder(build_offsets)
+    assert isinstance(ok, CheckResult) and ok.ok and ok.figure is None, str(ok)
+    wrong = check_offsets_builder(build_offsets_zero_start)
+    assert not wrong.ok and wrong.figure is not None
+    assert "a slot past the batch starts at the live rows" in str(wrong)
+    assert "pass: a full batch" in str(wrong), "a batch with no slot past it is right even so"
+    assert "expected torch.int32" in str(check_offsets_builder(build_offsets_int64))
+    unfinished = check_offsets_builder(stub)
+    assert not unfinished.ok and "not written yet" in str(unfinished)
+
+
+def test_refresh_check():
+    ok = check_refresh(refresh_metadata)
+    assert ok.ok and len(ok.lines) == 4, str(ok)
+    rebound = check_refresh(refresh_by_rebinding)
+    assert not rebound.ok and "You rebound static.pos, static.req" in str(rebound) and rebound.figure is not None
+    stale = check_refresh(refresh_live_rows_only)
+    assert not stale.ok, str(stale)
+    assert [line.startswith("pass") for line in stale.lines][:2] == [True, True]
+    assert stale.lines[2].startswith("FAIL: a smaller batch after a larger one"), stale.lines
+    assert "not written yet" in str(check_refresh(stub))
+    assert check_refresh(refresh_metadata).ok, "a check leaves nothing behind for the next one"
