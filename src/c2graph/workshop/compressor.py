@@ -29,6 +29,7 @@ from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.rows import Partner, plan_rows
 from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
+from .. import graphs as graphs_package
 from ..graphs.graph import Graph, warmup
 from ..pictures.draw import PADDING_COLOUR, request_colour
 from .check import CheckResult, run_check
@@ -213,10 +214,13 @@ def capture(fn, *, warmup_iters: int = 1) -> Captured:
     return Captured(None, None, str(inside).splitlines()[0], _where(inside))
 
 
+_GRAPHS_DIR = os.path.dirname(os.path.abspath(graphs_package.__file__)) + os.sep
+
+
 def _where(error: BaseException) -> str | None:
     """The innermost line of the caller's code (not torch's, not the graph emulation's) in the traceback."""
     ours = [f for f in traceback.extract_tb(error.__traceback__)
-            if f"{os.sep}torch{os.sep}" not in f.filename and not f.filename.endswith(os.path.join("graphs", "graph.py"))]
+            if f"{os.sep}torch{os.sep}" not in f.filename and not os.path.abspath(f.filename).startswith(_GRAPHS_DIR)]
     return f"{ours[-1].name}: {ours[-1].line}" if ours else None
 
 
