@@ -324,3 +324,25 @@ def test_bad_backend():
 def test_bad_warmup_iters():
     with pytest.raises(ValueError, match="iters = -1"):
         warmup(lambda: None, -1)
+
+
+def test_audit_lists_what_the_capture_froze_and_read_by_address(backend):
+    """``Graph.audit()``: per op, its frozen scalars and the labelled tensors it reads and writes;
+    listing it launches nothing (the output keeps what the last replay wrote)."""
+    dev = device_of(backend)
+    x = torch.rand(8, device=dev) + 1.0
+    acc = torch.rand(8, device=dev)
+    n = 5  # a Python int: frozen
+    g = Graph(backend)
+    with g.capture(labels={"acc": acc, "x": x}):
+        acc[:n].add_(x[:n], alpha=3)
+    g.replay()
+    after = acc.clone()
+    audit = g.audit()
+    launched = audit.nodes()
+    assert [r.op for r in launched] == ["aten.add_.Tensor"]
+    assert dict(launched[0].scalars) == {"alpha": 3}
+    tensors = {t.name: (t.label, t.written) for t in launched[0].tensors}
+    assert tensors == {"self": ("acc[:5]", True), "other": ("x[:5]", False)}
+    assert "froze:  alpha=3" in audit.table()
+    assert torch.equal(acc, after)

@@ -46,6 +46,25 @@ class CaptureRecords:
     records: list[OpRecord]
     refused: str | None = None
 
+    def nodes(self) -> list[OpRecord]:
+        """The records that launch work (one graph node each, or more on CUDA)."""
+        return [r for r in self.records if r.launches]
+
+    def table(self, *, limit: int | None = 12) -> str:
+        """Per op that launches work: what it froze, read and wrote (up to ``limit`` ops; ``None``: all)."""
+        if self.refused:
+            return f"capture refused: {self.refused}"
+        nodes = self.nodes()
+        lines = [line for r in nodes[:limit] for line in _record_lines(r, [])]
+        if limit is not None and len(nodes) > limit:
+            lines.append(f"... {len(nodes) - limit} more ops that launch work")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.table()
+
+    __repr__ = __str__
+
 
 @dataclass(frozen=True)
 class Flag:

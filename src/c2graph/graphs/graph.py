@@ -98,21 +98,27 @@ class Graph:
         self.backend = backend
         self._impl = _CudaGraph(pool) if backend == "cuda" else EmulatedGraph()
         self._state = "new"
+        self._records = None
 
     def __repr__(self) -> str:
         return f"Graph(backend={self.backend!r}, state={self._state!r})"
 
     @contextlib.contextmanager
-    def capture(self):
+    def capture(self, labels: dict[str, torch.Tensor] | None = None):
         """Record the work of the ``with`` block without launching it. Raises on a second capture.
 
-        If anything escapes the block, the graph is marked failed and cannot be replayed.
+        If anything escapes the block, the graph is marked failed and cannot be replayed. Every op
+        issued inside is also recorded for :meth:`audit`; ``labels`` names tensors (``{"pos":
+        static_pos, ...}``) so the audit can say which buffer an argument lies in.
         """
+        from .audit import recording  # the audit builds on this module
+
         if self._state != "new":
             raise RuntimeError(f"this Graph is {self._state}; a Graph is captured once: make a new Graph")
         self._state = "capturing"
         try:
-            with _no_automatic_garbage_collection(), self._impl.capturing():
+            with _no_automatic_garbage_collection(), self._impl.capturing(), recording(labels or {}) as records:
+                self._records = records
                 yield
         except BaseException:
             self._state = "failed"
@@ -150,6 +156,14 @@ class Graph:
     def num_nodes(self) -> int:
         """``len(self.nodes())``."""
         return len(self.nodes())
+
+    def audit(self):
+        """What this capture froze, op by op: each op's scalar arguments (frozen at their capture
+        values) and the tensors it reads or writes by address, named by the capture's ``labels``
+        (:class:`~c2graph.graphs.audit.CaptureRecords`). Recorded during the capture on either
+        backend; listing it launches nothing."""
+        self._require_captured("audit")
+        return self._records
 
     def pool(self):
         """This graph's memory-pool handle, for ``Graph(pool=...)`` (CUDA); ``None`` in the emulation."""

@@ -26,7 +26,8 @@ _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 # Frames that never name where an op came from: torch, the audit itself, the graph emulation.
 _SKIP = (_TORCH_DIR, "contextlib",
-         *(os.path.join(_PACKAGE_DIR, "graphs", name) for name in ("op_record.py", "audit.py", "graph.py")))
+         *(os.path.join(_PACKAGE_DIR, "graphs", name) for name in ("op_record.py", "audit.py", "graph.py", "emulation.py", "refusals.py",
+                                                               "triton_launches.py", "cuda_nodes.py")))
 # Ops that launch nothing: bare allocations, and the lift of a Python number into a tensor.
 _NO_NODE = frozenset({"aten.empty.memory_format", "aten.empty_like.default", "aten.empty_strided.default",
                       "aten.new_empty.default", "aten.new_empty_strided.default", "aten.lift_fresh.default"})
