@@ -325,13 +325,8 @@ class PrefillGraphRunner:
     # -- inspection -------------------------------------------------------------------------
 
     def nodes(self, bucket: int) -> list[str]:
-        """The captured graph's nodes for ``bucket``, all layers in order (recorded ops, or CUDA
-        kernels of one replay).
-
-        The dummy batch is loaded first: where listing the nodes replays the graph (CUDA), that
-        replay writes nothing real.
-        """
-        self.static.load_dummy(bucket)
+        """The captured graph's nodes for ``bucket``, all layers in order (the emulation's recorded
+        ops, or the CUDA graph's kernels, copies and fills, read from the graph: nothing is launched)."""
         return self.graphs[bucket].nodes()
 
     def layer_nodes(self, bucket: int) -> list[list[str]]:
