@@ -136,17 +136,22 @@ def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, 
                         padding=padding, chunk_len=chunk_len, seed=seed, device=device)
 
 
-# Rows 0 | 1 2 3 | 4 | 5 6 7 8 | 9 10 at pos 1 | 3 4 5 | 5 | 0 1 2 3 | 7 8: the pairs of rows (0, 1) and
-# (8, 9) each hold two group rows, one ending a request and one starting the next.
-TWO_GROUP_PAIRS = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
+# Rows 0 | 1 2 3 | 4 | 5 6 7 8 | 9 10 at pos 1 | 3 4 5 | 5 | 0 1 2 3 | 7 8: group rows of both
+# parities, and neighbours that both complete a group (rows 0, 1 and rows 8, 9).
+BOTH_PARITIES = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_pairs_of_rows_with_two_group_rows(device):
-    batch = check_against_torch(c2.Config.tiny(), TWO_GROUP_PAIRS, extra_slots=1, padding=3, device=device)
-    (program,) = program_plan(batch, ring_size=2)
-    assert len(program["passes"]) == 2  # the second pass takes rows 0 and 8
-    assert [r for r in program["passes"][1] if r is not None] == [0, 8]
+def test_a_block_with_group_rows_of_both_parities(device):
+    """Blocks of 32 rows: a pass over the even rows, then one over the odd rows."""
+    blocks = KernelBlocks(block_m=32, sub_lanes=16, block_k=32, num_warps=4)
+    batch = check_against_torch(c2.Config.tiny(), BOTH_PARITIES, extra_slots=1, padding=3, device=device,
+                                blocks=blocks)
+    (program,) = program_plan(batch, ring_size=2, block_m=32)
+    assert {p: [r for r in rows if r is not None] for p, rows in program["passes"].items()} == {
+        0: [0, 4, 6, 8], 1: [1, 3, 9]}
+    (small,) = program_plan(batch, ring_size=2)[:1]  # 16-row blocks: one pass, every row a lane
+    assert list(small["passes"]) == [0] and small["groups"] == [0, 1, 3, 4, 6, 8, 9]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -480,9 +485,14 @@ def test_program_plan_matches_the_batch():
     assert plan[1]["parks"] == {9: 31, 8: 32}
     assert plan[2]["parks"] == {}
     assert [p["parked_slots"] for p in plan] == [[0, 1], [2], []]
-    # Lane t of program 0 takes the group row among rows 2t, 2t + 1: pos 3 4 5 6 7 8 | 0 1 2 ...
-    assert plan[0]["passes"] == [[0, 2, 4, 7, 9, 11, 13, 15] + [None] * 8]
-    assert all(len(p["passes"]) == 1 for p in plan)  # no pair of rows holds two group rows
+    # 16-row blocks: one pass, lane t on row t (rows 0..5 at pos 3..8, rows 6.. at pos 0, 1, ...).
+    assert plan[0]["passes"] == {0: [0, None, 2, None, 4, None, None, 7, None, 9, None, 11, None, 13, None, 15]}
+    assert plan[2]["passes"] == {}  # rows 32.. complete no group: the program skips its pass
+    # 32-row blocks: a pass over the even rows and one over the odd rows, lane t on row 2t + parity.
+    wide = program_plan(batch, ring_size=2, block_m=32)
+    assert wide[0]["passes"] == {0: [0, 2, 4] + [None] * 13, 1: [None] * 3 + [7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                                                             25, 27, 29, 31]}
+    assert sum((p["groups"] for p in wide), []) == batch.group_rows()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -64,14 +64,15 @@ class KernelBlocks:
 
 
 def block_lanes(block_m: int) -> int:
-    """Lanes of a block's tiles: one per pair of rows, and at least 16 (``tl.dot``'s smallest tile)."""
+    """Lanes of a block's tiles, one row each: half the block (a pass over its even rows, one over
+    its odd rows), or all of a 16-row block (``tl.dot``'s smallest tile)."""
     return max(16, block_m // 2)
 
 
 SMALL_BLOCKS = KernelBlocks(block_m=16, sub_lanes=16, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_BLOCKS = KernelBlocks(block_m=128, sub_lanes=8, block_k=64, num_warps=8)
+WIDE_BLOCKS = KernelBlocks(block_m=128, sub_lanes=8, block_k=64, num_warps=16)
 """Layers with ``D >= 256`` (the ``dsv41`` preset), as measured on an H200: ``benchmarks/NOTES.md``."""
 
 BLOCK_M = SMALL_BLOCKS.block_m
@@ -174,7 +175,7 @@ def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
         projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
         kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
         D=D, I=wk.shape[0], ROPE=2 * inv_freq.shape[0], RING=ring_size,
-        BLOCK_M=blocks.block_m, LANES=lanes, SUB_LANES=min(blocks.sub_lanes, lanes),
+        BLOCK_M=blocks.block_m, LANES=lanes, STRIDE=blocks.block_m // lanes, SUB_LANES=min(blocks.sub_lanes, lanes),
         BLOCK_K=min(blocks.block_k, D), S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size), num_warps=blocks.num_warps, num_stages=blocks.num_stages,
     )

@@ -92,14 +92,13 @@ def group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_P
 
 
 @triton.jit
-def lane_rows(block_lo, lanes, parity, BLOCK_M: tl.constexpr):
-    """The row each lane looks at in the pass over the block's rows of one ``parity``:
-    ``block_lo + 2 * lane + parity`` (``[N]`` int64), and whether it is in the block.
+def lane_rows(block_lo, lanes, parity, STRIDE: tl.constexpr):
+    """The row each lane looks at in one pass over a block: ``block_lo + STRIDE * lane + parity``.
 
-    Lanes past the block's ``BLOCK_M // 2`` rows of that parity (``tl.dot`` needs at least 16
-    lanes) look at none.
+    ``STRIDE`` is 1 for a block of 16 rows (one pass, a lane a row: ``tl.dot`` needs 16 lanes) and
+    2 for larger blocks (a pass over the even rows, ``parity`` 0, and one over the odd rows).
     """
-    return block_lo + 2 * lanes.to(tl.int64) + parity, lanes < BLOCK_M // 2
+    return block_lo + STRIDE * lanes.to(tl.int64) + parity
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,7 +193,7 @@ def index_key(latent_ptr, wk_ptr, rows, group, D: tl.constexpr, I: tl.constexpr,
 
 @triton.jit
 def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr, kv_cache_ptr,
-                        latent_ptr, rows, in_block, offsets_ptr, request_slots, num_rows, eps,
+                        latent_ptr, rows, offsets_ptr, request_slots, num_rows, eps,
                         D: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr, S_PAD: tl.constexpr):
     """Phase 1 for a tile of lanes: the pre-RoPE latent of each lane's group, stored twice.
 
@@ -203,7 +202,6 @@ def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm
     Lanes whose row completes no group store nothing.
     """
     group, first = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-    group = group & in_block
     pooled = pair_and_gate(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, group, first, num_rows, D, RING)
     latent = rms_norm(pooled, norm_w_ptr, eps, D).to(tl.bfloat16)
     c2_slot = tl.load(raw_ptr + rows, mask=rows < num_rows, other=0) // 2
@@ -215,7 +213,7 @@ def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm
 
 @triton.jit
 def index_key_and_rope(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, kv_cache_ptr,
-                       index_k_ptr, rows, in_block, offsets_ptr, request_slots, num_rows, eps,
+                       index_k_ptr, rows, offsets_ptr, request_slots, num_rows, eps,
                        D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, BLOCK_K: tl.constexpr,
                        S_PAD: tl.constexpr):
     """Phase 2 for every lane of the block: the index key, and RoPE on both caches' last dims.
@@ -225,7 +223,6 @@ def index_key_and_rope(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, 
     KV cache, and the key's last dims in place. Lanes whose row completes no group store nothing.
     """
     group, _ = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-    group = group & in_block
     k = rms_norm(index_key(latent_ptr, wk_ptr, rows, group, D, I, BLOCK_K), k_norm_w_ptr, eps, I)
     c2_slot = tl.load(raw_ptr + rows, mask=rows < num_rows, other=0) // 2
     j = tl.arange(0, I)
@@ -283,7 +280,8 @@ def fused_compress_kernel(
     latent_ptr,  # [T, D] bf16: the pre-RoPE latents
     num_rows, request_slots, num_blocks, eps,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
-    BLOCK_M: tl.constexpr, LANES: tl.constexpr, SUB_LANES: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, SUB_LANES: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
 ):
     # The grid depends only on static sizes (the buffer's blocks, the SMs): the extend offsets,
@@ -294,20 +292,20 @@ def fused_compress_kernel(
         # no row of its parity completes a group (inside one request, every other row does).
         block_rows = block_lo + tl.arange(0, BLOCK_M)
         completes, _ = group_rows(block_rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-        has_even = tl.max((completes & (block_rows % 2 == 0)).to(tl.int32), axis=0)
-        has_odd = tl.max((completes & (block_rows % 2 == 1)).to(tl.int32), axis=0)
+        has_even = tl.max((completes & (block_rows % STRIDE == 0)).to(tl.int32), axis=0)
+        has_odd = tl.max((completes & (block_rows % STRIDE == 1)).to(tl.int32), axis=0)  # 0 if STRIDE is 1
         for parity in range(1 - has_even, 1 + has_odd):
             # Phase 1, SUB_LANES lanes at a time (each lane loads two rows of 2D fp32).
             for lane0 in range(0, LANES, SUB_LANES):
-                sub_rows, sub_in_block = lane_rows(block_lo, lane0 + tl.arange(0, SUB_LANES), parity, BLOCK_M)
+                sub_rows = lane_rows(block_lo, lane0 + tl.arange(0, SUB_LANES), parity, STRIDE)
                 latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr,
-                                    kv_cache_ptr, latent_ptr, sub_rows, sub_in_block, offsets_ptr,
+                                    kv_cache_ptr, latent_ptr, sub_rows, offsets_ptr,
                                     request_slots, num_rows, eps, D, ROPE, RING, S_PAD)
             # Phase 2 reads the latent rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()
-            rows, in_block = lane_rows(block_lo, tl.arange(0, LANES), parity, BLOCK_M)
+            rows = lane_rows(block_lo, tl.arange(0, LANES), parity, STRIDE)
             index_key_and_rope(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, kv_cache_ptr,
-                               index_k_ptr, rows, in_block, offsets_ptr, request_slots, num_rows, eps,
+                               index_k_ptr, rows, offsets_ptr, request_slots, num_rows, eps,
                                D, I, ROPE, BLOCK_K, S_PAD)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block_lo,
                      num_rows, D, RING, RING_PAD, BLOCK_M, S_PAD)
