@@ -49,6 +49,8 @@ class KernelBlocks:
     - ``num_warps``, ``num_stages``: Triton's launch options
     - ``programs_per_sm``: ``None`` gives every block its own program; a number launches at most
       that many programs per SM, each looping over blocks (a persistent grid)
+    - ``max_registers``: a cap on registers per thread (``None``: the compiler's choice), so that
+      several programs fit on one SM at once
     """
 
     block_m: int
@@ -57,6 +59,7 @@ class KernelBlocks:
     num_warps: int
     num_stages: int = 1
     programs_per_sm: int | None = None
+    max_registers: int | None = None
 
     @property
     def lanes(self) -> int:
@@ -72,7 +75,7 @@ def block_lanes(block_m: int) -> int:
 SMALL_BLOCKS = KernelBlocks(block_m=16, sub_lanes=16, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_BLOCKS = KernelBlocks(block_m=128, sub_lanes=8, block_k=64, num_warps=16)
+WIDE_BLOCKS = KernelBlocks(block_m=32, sub_lanes=8, block_k=64, num_warps=4, max_registers=168)
 """Layers with ``D >= 256`` (the ``dsv41`` preset), as measured on an H200: ``benchmarks/NOTES.md``."""
 
 BLOCK_M = SMALL_BLOCKS.block_m
@@ -176,8 +179,10 @@ def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
         kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
         D=D, I=wk.shape[0], ROPE=2 * inv_freq.shape[0], RING=ring_size,
         BLOCK_M=blocks.block_m, LANES=lanes, STRIDE=blocks.block_m // lanes, SUB_LANES=min(blocks.sub_lanes, lanes),
-        BLOCK_K=min(blocks.block_k, D), S_PAD=triton.next_power_of_2(max(request_slots, 1)),
+        BLOCK_K=min(blocks.block_k, D), NOPE_PAD=triton.next_power_of_2(max(16, wk.shape[0] - 2 * inv_freq.shape[0])),
+        HALF_PAD=max(16, inv_freq.shape[0]), S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size), num_warps=blocks.num_warps, num_stages=blocks.num_stages,
+        **({} if blocks.max_registers is None else {"maxnreg": blocks.max_registers}),
     )
     return None if INTERPRET else compiled
 
