@@ -199,7 +199,7 @@ def measure_variant(case: Case, spec: str, want, reps: int) -> dict:
             problems.append(f"{spec}: graph replay differs from eager in {name}")
     us = time_replays(graphs, reps) if not problems else [float("nan")]
     if compiled is None and hasattr(fused, "kernel_blocks"):  # default: the library's own blocks
-        compiled = case.fused(fused.kernel_blocks(case.cfg.D), case.buffers[0], *case.fresh())
+        compiled = case.fused(fused.kernel_blocks(case.cfg.D, case.rows), case.buffers[0], *case.fresh())
     regs, spills = registers(compiled)
     del graphs
     return {"variant": spec, "rows": case.rows, "median_us": statistics.median(us), "p10_us": _pct(us, 10),

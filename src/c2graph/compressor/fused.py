@@ -75,16 +75,25 @@ def block_lanes(block_m: int) -> int:
 SMALL_BLOCKS = KernelBlocks(block_m=16, sub_lanes=16, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_BLOCKS = KernelBlocks(block_m=32, sub_lanes=8, block_k=64, num_warps=4, max_registers=168)
-"""Layers with ``D >= 256`` (the ``dsv41`` preset), as measured on an H200: ``benchmarks/NOTES.md``."""
+WIDE_SMALL_BUCKET = KernelBlocks(block_m=16, sub_lanes=16, block_k=128, num_warps=8)
+"""Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows:
+the most programs, each short (measured on an H200: ``benchmarks/NOTES.md``)."""
+
+WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, sub_lanes=8, block_k=64, num_warps=4, max_registers=128)
+"""Layers with ``D >= 256`` in larger buckets: four programs an SM at once (measured on an H200)."""
+
+SMALL_BUCKET_ROWS = 4096
 
 BLOCK_M = SMALL_BLOCKS.block_m
 """Rows per block (one program each) for the ``tiny`` preset; :func:`kernel_blocks` gives any layer's."""
 
 
-def kernel_blocks(D: int) -> KernelBlocks:
-    """The blocks the kernel uses for a layer of latent width ``D``."""
-    return WIDE_BLOCKS if D >= 256 else SMALL_BLOCKS
+def kernel_blocks(D: int, rows: int) -> KernelBlocks:
+    """The blocks the kernel uses for a layer of latent width ``D`` on a buffer of ``rows`` rows
+    (the bucket: a static size, so a captured graph keeps its blocks)."""
+    if D < 256:
+        return SMALL_BLOCKS
+    return WIDE_SMALL_BUCKET if rows <= SMALL_BUCKET_ROWS else WIDE_LARGE_BUCKET
 
 
 def check_kernel_sizes(D: int, index_dim: int, rope_dim: int) -> None:
@@ -166,10 +175,10 @@ def grid_size(num_blocks: int, blocks: KernelBlocks, device: torch.device) -> in
 def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                  kv_cache, index_k, latent_out, eps, ring_size, grid_rows, blocks: KernelBlocks | None = None):
     """Launch the kernel once on tensors :func:`check_launch` accepted; ``blocks`` defaults to
-    :func:`kernel_blocks`. Returns Triton's compiled kernel (``n_regs``, ``n_spills``), or ``None``
+    :func:`kernel_blocks` for ``grid_rows``. Returns Triton's compiled kernel (``n_regs``, ``n_spills``), or ``None``
     where there is none (no block to run, or the interpreter)."""
     D, request_slots = norm_w.shape[0], extend_offsets.shape[1]
-    blocks = blocks or kernel_blocks(D)
+    blocks = blocks or kernel_blocks(D, grid_rows)
     num_blocks = triton.cdiv(grid_rows, blocks.block_m)  # from a size, never from the batch's requests
     if num_blocks == 0:
         return None

@@ -2,25 +2,25 @@
 
 Each ``@triton.jit`` function below is one step of the math, and :data:`STAGES` pairs it with the
 torch-path function it replaces (:mod:`c2graph.compressor.torch_path`). The last one,
-:func:`fused_compress_kernel`, is the program that runs them.
+:func:`fused_compress_kernel`, is the program that runs them; compiled, they are all inlined
+into it: one launch.
 
-How the rows are shared out. The grid covers the buffer in *blocks* of ``BLOCK_M`` rows; a
-program computes every group that completes in its block (and usually owns one block: a
-persistent launch gives a program several). Only a group row (odd ``pos``) stores anything, and
-about half the rows are group rows, so a program does not give each row a lane of its tiles:
-*lane* ``t`` looks at the pair of rows ``(2t, 2t + 1)`` of the block, and computes the one group
-row among them. Inside a request the pair always holds exactly one; where one request ends and
-the next begins inside a pair it may hold none, or two. A second pass picks up the second: it
-runs only in the blocks where a request boundary made one.
+How the rows are shared out. The grid covers the buffer in *blocks* of ``BLOCK_M`` rows, one
+program a block (a persistent launch gives a program several, in turn). Only a group row (odd
+``pos``) stores anything, and inside a request every other row is one, so a block of more than
+16 rows is computed in two *passes*: its even rows, then its odd rows, ``LANES = BLOCK_M // 2``
+rows a pass, one a lane; a pass whose rows complete no group is skipped, so a block inside one
+request runs one pass, every lane busy. A block of 16 rows (``tl.dot``'s smallest tile) runs one
+pass over all its rows.
 
-Each pass has two phases, with a barrier between them:
+A pass has two phases, with a barrier between them:
 
-1. pair and gate, RMSNorm, RoPE: the latent of each lane's group, stored in ``latent`` (the
-   pre-RoPE latent) and, after RoPE, in the compressed KV cache at the group's c2 slot. Lanes go
-   ``SUB_LANES`` at a time: each one loads two rows of ``2 * D`` fp32, which fill registers fast;
-2. index key: ``latent @ wk.T`` as one ``tl.dot`` over every lane of the block (one read of
-   ``wk`` per block), then RMSNorm and RoPE, stored in the index-K cache. The latent rows are read
-   back from ``latent``, where phase 1 just stored them (the barrier makes them visible).
+1. partners, gate, RMSNorm, RoPE: the latent of each lane's group, stored in ``latent`` (the
+   pre-RoPE latent) and, turned by RoPE, in the compressed KV cache at the group's c2 slot.
+   Lanes go ``SUB_LANES`` at a time: each loads two rows of ``2 * D`` fp32, which fill registers;
+2. the index key: ``latent @ wk.T`` over every lane of the pass (one read of ``wk`` a pass), then
+   RMSNorm and RoPE, stored in the index-K cache. The latent rows are read back from ``latent``,
+   where phase 1 just stored them (the barrier makes them visible).
 
 Then the program parks, in the ring, the last rows of the requests whose first row is in its
 block.
@@ -46,7 +46,7 @@ NO_ROW = tl.constexpr(2**62)
 
 
 # --------------------------------------------------------------------------------------------
-# Rows: which request each row belongs to, which rows complete a group, which lane computes it
+# Rows: which rows lie in a request, which complete a group, which row a lane computes
 # --------------------------------------------------------------------------------------------
 
 

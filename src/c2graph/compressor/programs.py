@@ -29,7 +29,7 @@ def program_plan(batch: ExtendBatch, ring_size: int, block_m: int = BLOCK_M) -> 
       whose first row is in its block
 
     ``block_m`` defaults to the ``tiny`` preset's; a ``dsv41`` layer's is
-    ``kernel_blocks(cfg.D).block_m``. Reads the batch's tensors (a host sync): for pictures and
+    ``kernel_blocks(cfg.D, batch.num_rows).block_m``. Reads the batch's tensors (a host sync): for pictures and
     checks, never inside a capture.
     """
     plan = plan_rows(batch, ring_size)
