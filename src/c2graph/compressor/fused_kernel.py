@@ -213,10 +213,11 @@ def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm
                         D: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr, S_PAD: tl.constexpr):
     """Phase 1 for a tile of lanes: the latent of each lane's group, in ``latent`` and the KV cache.
 
-    Pair and gate, then RMSNorm: the pre-RoPE latent, stored in ``latent`` at the group row and,
-    but for its last ``ROPE`` dims, in the KV cache at the c2 slot ``raw_out_loc // 2``. RoPE
-    turns pairs of those last dims: gated and normalised again as two tiles, the even dims and the
-    odd dims (the same values, read from cache), turned, and stored at the c2 slot.
+    Partners, gate, RMSNorm: the pre-RoPE latent, stored in ``latent`` at the group row and, but
+    for its last ``ROPE`` dims, in the KV cache at the c2 slot ``raw_out_loc // 2``. RoPE turns
+    pairs of those last dims, so they are gated and normalised once more as two tiles, the even
+    dims and the odd dims (the same values: the rows were just read, the L1 holds them), turned,
+    and stored at the c2 slot.
     """
     group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
     cur, prev = partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots, num_rows,
@@ -227,12 +228,14 @@ def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm
     latent = rms_norm(x, inv_rms, norm_w_ptr, cols, cols < D).to(tl.bfloat16)
     i = tl.arange(0, ROPE // 2)
     even = D - ROPE + 2 * i
-    x_even = rms_norm(to_bf16(gate(cur, prev, group, even, D)).to(tl.float32), inv_rms, norm_w_ptr, even, i < ROPE // 2)
-    x_odd = rms_norm(to_bf16(gate(cur, prev, group, even + 1, D)).to(tl.float32), inv_rms, norm_w_ptr, even + 1,
-                     i < ROPE // 2)
+    rope_dims = i < ROPE // 2  # every one: the tiles are exactly the rope dims
+    x_even = to_bf16(gate(cur, prev, group, even, D)).to(tl.float32)
+    x_even = rms_norm(x_even, inv_rms, norm_w_ptr, even, rope_dims)
+    x_odd = to_bf16(gate(cur, prev, group, even + 1, D)).to(tl.float32)
+    x_odd = rms_norm(x_odd, inv_rms, norm_w_ptr, even + 1, rope_dims)
     in_buffer = rows < num_rows
     group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
-    turned_even, turned_odd = rope(x_even, x_odd, group_pos, inv_freq_ptr, i, i < ROPE // 2)
+    turned_even, turned_odd = rope(x_even, x_odd, group_pos, inv_freq_ptr, i, rope_dims)
     m = group[:, None]
     tl.store(latent_ptr + rows[:, None] * D + cols[None, :], latent, mask=m)
     cache_row = kv_cache_ptr + (tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2)[:, None] * D
@@ -256,7 +259,8 @@ def index_key_and_cache(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr,
     k_n = to_bf16(k_n).to(tl.float32)
     k_e = to_bf16(k_e).to(tl.float32)
     k_o = to_bf16(k_o).to(tl.float32)
-    inv_rms = tl.rsqrt((tl.sum(k_n * k_n, axis=1) + tl.sum(k_e * k_e, axis=1) + tl.sum(k_o * k_o, axis=1)) / I + eps)
+    sum_sq = tl.sum(k_n * k_n, axis=1) + tl.sum(k_e * k_e, axis=1) + tl.sum(k_o * k_o, axis=1)  # padding: zeros
+    inv_rms = tl.rsqrt(sum_sq / I + eps)
     jn = tl.arange(0, NOPE_PAD)
     i = tl.arange(0, HALF_PAD)
     even = I - ROPE + 2 * i
