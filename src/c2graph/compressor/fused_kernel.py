@@ -381,9 +381,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("gate", gate, (torch_path.gate,)),
     Stage("RMSNorm", rms_norm, (torch_path.finish, torch_path.rms_norm)),
     Stage("RoPE", rope, (torch_path.rope,)),
-    Stage("phase 1: latent and KV cache", latent_and_kv_cache, (torch_path.compress_torch,)),
+    Stage("phase 1: the latent", latent_and_kv_cache, (torch_path.compress_torch,)),
     Stage("index key", index_key, (torch_path.index_key,)),
-    Stage("phase 2: index-K cache", index_key_and_cache, (torch_path.index_key,)),
+    Stage("phase 2: index key and RoPE", index_key_and_cache, (torch_path.index_key,)),
     Stage("park", park_in_ring, (torch_path.park_mask, torch_path.park)),
     Stage("one program", fused_compress_kernel, (torch_path.compress_torch,)),
 )
