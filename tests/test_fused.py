@@ -25,7 +25,7 @@ import c2graph as c2
 import c2graph.compressor.fused_kernel
 from c2graph.measure.compare import compare, compare_pools
 from c2graph.compressor.fused import (
-    KernelBlocks, check_launch, compress_fused, fused_compress_, kernel_blocks, launch_fused,
+    SMALL_BUCKET_ROWS, KernelBlocks, check_launch, compress_fused, fused_compress_, kernel_blocks, launch_fused,
 )
 from c2graph.compressor.fused_kernel import STAGES, source
 from c2graph.compressor.programs import program_plan
@@ -136,17 +136,22 @@ def test_fused_matches_torch(device, requests, ring_size, extra_slots, padding, 
                         padding=padding, chunk_len=chunk_len, seed=seed, device=device)
 
 
-# Rows 0 | 1 2 3 | 4 | 5 6 7 8 | 9 10 at pos 1 | 3 4 5 | 5 | 0 1 2 3 | 7 8: the pairs of rows (0, 1) and
-# (8, 9) each hold two group rows, one ending a request and one starting the next.
-TWO_GROUP_PAIRS = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
+# Rows 0 | 1 2 3 | 4 | 5 6 7 8 | 9 10 at pos 1 | 3 4 5 | 5 | 0 1 2 3 | 7 8: group rows of both
+# parities, and neighbours that both complete a group (rows 0, 1 and rows 8, 9).
+BOTH_PARITIES = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_pairs_of_rows_with_two_group_rows(device):
-    batch = check_against_torch(c2.Config.tiny(), TWO_GROUP_PAIRS, extra_slots=1, padding=3, device=device)
-    (program,) = program_plan(batch, ring_size=2)
-    assert len(program["passes"]) == 2  # the second pass takes rows 0 and 8
-    assert [r for r in program["passes"][1] if r is not None] == [0, 8]
+def test_a_block_with_group_rows_of_both_parities(device):
+    """Blocks of 32 rows: a pass over the even rows, then one over the odd rows."""
+    blocks = KernelBlocks(block_m=32, sub_lanes=16, block_k=32, num_warps=4)
+    batch = check_against_torch(c2.Config.tiny(), BOTH_PARITIES, extra_slots=1, padding=3, device=device,
+                                blocks=blocks)
+    (program,) = program_plan(batch, ring_size=2, block_m=32)
+    assert {p: [r for r in rows if r is not None] for p, rows in program["passes"].items()} == {
+        0: [0, 4, 6, 8], 1: [1, 3, 9]}
+    (small,) = program_plan(batch, ring_size=2)[:1]  # 16-row blocks: one pass, every row a lane
+    assert list(small["passes"]) == [0] and small["groups"] == [0, 1, 3, 4, 6, 8, 9]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -163,179 +168,13 @@ def test_every_block_shape_computes_the_same_function(device, blocks):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_dsv41_matches_torch(device):
-    """The served model's sizes and blocks (``D = 512``: phase 1 in tiles of a few lanes)."""
+@pytest.mark.parametrize("bucket", [SMALL_BUCKET_ROWS, 4 * SMALL_BUCKET_ROWS], ids=["small", "large"])
+def test_dsv41_matches_torch(device, bucket):
+    """The served model's sizes, with the blocks of a small and of a large bucket, on a small batch."""
     cfg = c2.Config.dsv41()
     requests = [(0, 5, 100), (1, 0, 33), (2, 7, 1), (3, 2, 120)]
-    assert kernel_blocks(cfg.D).sub_lanes < kernel_blocks(cfg.D).lanes
-    check_against_torch(cfg, requests, extra_slots=1, padding=2, seed=4, device=device)
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_poison_without_previous_chunk(device):
-    """A fresh poisoned ring: rows the batch does not park keep the poison, the sentinel its value."""
-    layer, alloc, pools = make_case(device=device)
-    batch = build([(1, 0, 5), (4, 6, 2), (0, 2, 7)], alloc, device, extra_slots=2, padding=3)
-    projected = random_projected(layer, batch.num_rows, 5)
-    before = pools.clone()
-    latent = poisoned_latents(batch, layer.cfg, device)
-    compress_fused(layer, projected, batch, pools, latent_out=latent)
-    parked = batch.parked_ring_rows(layer.cfg.ring_size)
-    for r in range(pools.ring.shape[0] - 1):
-        if r not in parked:
-            assert bool((pools.ring[r] == POISON).all()), f"ring row {r} lost its poison"
-    assert torch.equal(pools.ring[-1], before.ring[-1])  # the sentinel
-    assert untouched_slots_keep_poison(pools, set(batch.stored_slots()), skip_slot0=False) == []
-    even_rows = [r for r in range(batch.num_rows) if r not in set(batch.group_rows())]
-    assert bool((latent[even_rows].float() == POISON).all())
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_idle_rank_writes_nothing(device):
-    """Every row padding (an idle data-parallel rank): nothing is stored, nothing is parked."""
-    layer, alloc, pools = make_case(device=device)
-    batch = c2.ExtendBatch.build([], alloc, request_slots=4, pad_to=20, device=device)
-    before, latent = pools.clone(), poisoned_latents(batch, layer.cfg, device)
-    compress_fused(layer, random_projected(layer, batch.num_rows, 4), batch, pools, latent_out=latent)
-    for c in compare_pools(pools, before, skip_slot0=False):
-        assert c, c
-    assert bool((latent.float() == POISON).all())
-
-
-# ------------------------------------------------------------------------------------------------
-# chunk invariance: whole, chunked and row by row give bitwise the same result
-# ------------------------------------------------------------------------------------------------
-
-
-def run_in_chunks(layer, alloc, pools, table, lengths, cuts, device):
-    """Compress requests ``{pool_index: length}`` batch by batch; ``cuts[k]``: each request's rows in batch k.
-
-    ``table[p][pos]`` is the ``| kv | score |`` row of token ``pos`` of pool request ``p``, so every
-    split feeds the same values. Returns the latents by ``(pool_index, pos)``.
-    """
-    done = {p: 0 for p in lengths}
-    latents = {}
-    for chunk in cuts:
-        reqs = [(p, done[p], n) for p, n in chunk.items() if n > 0]
-        if not reqs:
-            continue
-        batch = build(reqs, alloc, device, extra_slots=1, padding=1)
-        rows = [table[p][pre + i] for p, pre, n in reqs for i in range(n)]
-        projected = torch.stack(rows + [torch.full_like(rows[0], POISON)])  # one padding row
-        latent = poisoned_latents(batch, layer.cfg, device)
-        compress_fused(layer, projected, batch, pools, latent_out=latent)
-        for (p, pre, n), rows_ in zip(reqs, batch.row_ranges()):
-            for i, row in enumerate(rows_):
-                latents[(p, pre + i)] = latent[row]
-        for p, _, n in reqs:
-            done[p] += n
-    return latents
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@settings(max_examples=10, deadline=None)
-@given(
-    lengths=st.lists(st.integers(1, 11), min_size=1, max_size=3),
-    cut_seed=st.integers(0, 2**16),
-    seed=st.integers(0, 2**16),
-)
-def test_chunk_invariance(device, lengths, cut_seed, seed):
-    layer, alloc, pools = make_case(seed=seed, device=device)
-    D = layer.cfg.D
-    g = torch.Generator().manual_seed(seed)
-    scale = torch.cat([torch.ones(D), torch.full((D,), 3.0)])  # scores spread over a few units
-    table = {p: (torch.randn(n, 2 * D, generator=g) * scale).to(device) for p, n in enumerate(lengths)}
-    lens = dict(enumerate(lengths))
-
-    # Random splits: each request's rows cut into pieces, one piece per batch.
-    gc = torch.Generator().manual_seed(cut_seed)
-    pieces = {}
-    for p, n in lens.items():
-        cuts = sorted(set(torch.randint(1, n + 1, (3,), generator=gc).tolist()) | {n}) if n > 1 else [n]
-        pieces[p] = [b - a for a, b in zip([0] + cuts[:-1], cuts)]
-    steps = max(map(len, pieces.values()))
-    chunked = [{p: pieces[p][k] if k < len(pieces[p]) else 0 for p in lens} for k in range(steps)]
-    whole = [lens]
-    by_row = [{p: 1 if k < n else 0 for p, n in lens.items()} for k in range(max(lengths))]
-
-    results = []
-    for plan in (whole, chunked, by_row):
-        p_ = pools.clone()
-        results.append((run_in_chunks(layer, alloc, p_, table, lens, plan, device), p_))
-    (lat_w, pools_w), *others = results
-    for lat, pools_x in others:
-        for c in compare_pools(pools_x, pools_w, skip_slot0=False):
-            assert c, c
-        assert lat.keys() == lat_w.keys()
-        for key in lat_w:
-            assert torch.equal(lat[key].view(torch.int16), lat_w[key].view(torch.int16)), key
-
-
-# ------------------------------------------------------------------------------------------------
-# against an independent float64 reference
-# ------------------------------------------------------------------------------------------------
-
-
-def bf16(x: float | torch.Tensor) -> torch.Tensor:
-    """Round float64 values to bf16 (round to nearest even) and back to float64."""
-    return torch.as_tensor(x, dtype=torch.float64).to(torch.bfloat16).double()
-
-
-def reference_group(layer, kv0, s0, kv1, s1, group_pos: int):
-    """One group in float64, with bf16 roundings where SPEC §3 puts them: (latent, cache row, index key)."""
-    cfg = layer.cfg
-    w0 = 1.0 / (1.0 + torch.exp(s1 - s0))
-    pooled = bf16(kv0 * w0 + kv1 * (1.0 - w0))
-
-    def rms(x, w):
-        return bf16(x / torch.sqrt((x * x).mean() + cfg.eps) * w.double())
-
-    def rope(x):
-        out = x.clone()
-        b = x.shape[0] - cfg.rope_dim
-        for i in range(cfg.rope_dim // 2):
-            a = group_pos * cfg.rope_theta ** (-2.0 * i / cfg.rope_dim)
-            e, o = x[b + 2 * i], x[b + 2 * i + 1]
-            out[b + 2 * i] = e * math.cos(a) - o * math.sin(a)
-            out[b + 2 * i + 1] = e * math.sin(a) + o * math.cos(a)
-        return bf16(out)
-
-    latent = rms(pooled, layer.norm_w)
-    k = bf16(layer.wk.double() @ latent)
-    return latent, rope(latent), rope(rms(k, layer.k_norm_w))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_against_float64_reference(device):
-    layer, alloc, pools = make_case(device=device)
-    requests = [(0, 7, 9), (3, 0, 6), (5, 4, 5), (2, 11, 1)]
-    run_previous_chunk(layer, alloc, pools, requests, 3, 9, device)
-    ring_before = pools.ring.double().cpu()
-    batch = build(requests, alloc, device, extra_slots=1, padding=2)
-    projected = random_projected(layer, batch.num_rows, 10)
-    latent = poisoned_latents(batch, layer.cfg, device)
-    compress_fused(layer, projected, batch, pools, latent_out=latent)
-
-    cfg, x = layer.cfg, projected.double().cpu()
-    layer_cpu = c2.SourceLayer(cfg, seed=0, device="cpu")  # make_case's layer, seed 0, on the CPU
-    raw = batch.raw_out_loc.cpu()
-    checked = 0
-    for (p, pre, n), rows in zip(requests, batch.row_ranges()):
-        for i, row in enumerate(rows):
-            pos = pre + i
-            if pos % 2 == 0:
-                continue
-            prev = x[row - 1] if i > 0 else ring_before[p * cfg.ring_size + (pos - 1) % cfg.ring_size]
-            want_latent, want_cache, want_key = reference_group(
-                layer_cpu, prev[: cfg.D], prev[cfg.D:], x[row, : cfg.D], x[row, cfg.D:], pos - 1
-            )
-            slot = int(raw[row]) // 2
-            for name, got, want in (("latent", latent[row], want_latent),
-                                    ("kv_cache", pools.kv_cache[slot], want_cache),
-                                    ("index_k", pools.index_k[slot], want_key)):
-                assert compare(got[None], want[None], name, rtol=TOL, atol=TOL), (name, p, pos)
-            checked += 1
-    assert checked == len(batch.group_rows()) > 10
+    check_against_torch(cfg, requests, extra_slots=1, padding=2, seed=4, device=device,
+                        blocks=kernel_blocks(cfg.D, bucket))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -480,9 +319,14 @@ def test_program_plan_matches_the_batch():
     assert plan[1]["parks"] == {9: 31, 8: 32}
     assert plan[2]["parks"] == {}
     assert [p["parked_slots"] for p in plan] == [[0, 1], [2], []]
-    # Lane t of program 0 takes the group row among rows 2t, 2t + 1: pos 3 4 5 6 7 8 | 0 1 2 ...
-    assert plan[0]["passes"] == [[0, 2, 4, 7, 9, 11, 13, 15] + [None] * 8]
-    assert all(len(p["passes"]) == 1 for p in plan)  # no pair of rows holds two group rows
+    # 16-row blocks: one pass, lane t on row t (rows 0..5 at pos 3..8, rows 6.. at pos 0, 1, ...).
+    assert plan[0]["passes"] == {0: [0, None, 2, None, 4, None, None, 7, None, 9, None, 11, None, 13, None, 15]}
+    assert plan[2]["passes"] == {}  # rows 32.. complete no group: the program skips its pass
+    # 32-row blocks: a pass over the even rows and one over the odd rows, lane t on row 2t + parity.
+    wide = program_plan(batch, ring_size=2, block_m=32)
+    assert wide[0]["passes"] == {0: [0, 2, 4] + [None] * 13, 1: [None] * 3 + [7, 9, 11, 13, 15, 17, 19, 21, 23,
+                                                                             25, 27, 29, 31]}
+    assert sum((p["groups"] for p in wide), []) == batch.group_rows()
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -49,6 +49,8 @@ class KernelBlocks:
     - ``num_warps``, ``num_stages``: Triton's launch options
     - ``programs_per_sm``: ``None`` gives every block its own program; a number launches at most
       that many programs per SM, each looping over blocks (a persistent grid)
+    - ``max_registers``: a cap on registers per thread (``None``: the compiler's choice), so that
+      several programs fit on one SM at once
     """
 
     block_m: int
@@ -57,6 +59,7 @@ class KernelBlocks:
     num_warps: int
     num_stages: int = 1
     programs_per_sm: int | None = None
+    max_registers: int | None = None
 
     @property
     def lanes(self) -> int:
@@ -64,23 +67,35 @@ class KernelBlocks:
 
 
 def block_lanes(block_m: int) -> int:
-    """Lanes of a block's tiles: one per pair of rows, and at least 16 (``tl.dot``'s smallest tile)."""
+    """Lanes of a block's tiles, one row each: half the block (a pass over its even rows, one over
+    its odd rows), or all of a 16-row block (``tl.dot``'s smallest tile)."""
     return max(16, block_m // 2)
 
 
 SMALL_BLOCKS = KernelBlocks(block_m=16, sub_lanes=16, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_BLOCKS = KernelBlocks(block_m=128, sub_lanes=8, block_k=64, num_warps=8)
-"""Layers with ``D >= 256`` (the ``dsv41`` preset), as measured on an H200: ``benchmarks/NOTES.md``."""
+WIDE_SMALL_BUCKET = KernelBlocks(block_m=16, sub_lanes=16, block_k=128, num_warps=8)
+"""Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows:
+the most programs, each short (measured on an H200: ``benchmarks/NOTES.md``)."""
+
+WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, sub_lanes=8, block_k=64, num_warps=4, num_stages=3,
+                                 max_registers=168)
+"""Layers with ``D >= 256`` in larger buckets: three programs an SM at once, the index-key product's
+loads three steps ahead (measured on an H200)."""
+
+SMALL_BUCKET_ROWS = 4096
 
 BLOCK_M = SMALL_BLOCKS.block_m
 """Rows per block (one program each) for the ``tiny`` preset; :func:`kernel_blocks` gives any layer's."""
 
 
-def kernel_blocks(D: int) -> KernelBlocks:
-    """The blocks the kernel uses for a layer of latent width ``D``."""
-    return WIDE_BLOCKS if D >= 256 else SMALL_BLOCKS
+def kernel_blocks(D: int, rows: int) -> KernelBlocks:
+    """The blocks the kernel uses for a layer of latent width ``D`` on a buffer of ``rows`` rows
+    (the bucket: a static size, so a captured graph keeps its blocks)."""
+    if D < 256:
+        return SMALL_BLOCKS
+    return WIDE_SMALL_BUCKET if rows <= SMALL_BUCKET_ROWS else WIDE_LARGE_BUCKET
 
 
 def check_kernel_sizes(D: int, index_dim: int, rope_dim: int) -> None:
@@ -162,21 +177,26 @@ def grid_size(num_blocks: int, blocks: KernelBlocks, device: torch.device) -> in
 def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                  kv_cache, index_k, latent_out, eps, ring_size, grid_rows, blocks: KernelBlocks | None = None):
     """Launch the kernel once on tensors :func:`check_launch` accepted; ``blocks`` defaults to
-    :func:`kernel_blocks`. Returns Triton's compiled kernel (``n_regs``, ``n_spills``), or ``None``
-    where there is none (no block to run, or the interpreter)."""
-    D, request_slots = norm_w.shape[0], extend_offsets.shape[1]
-    blocks = blocks or kernel_blocks(D)
+    :func:`kernel_blocks` for ``grid_rows``. Returns Triton's compiled kernel (``n_regs``,
+    ``n_spills``), or ``None`` where there is none (no block to run, or the interpreter)."""
+    D, index_dim, half = norm_w.shape[0], wk.shape[0], inv_freq.shape[0]
+    request_slots = extend_offsets.shape[1]
+    blocks = blocks or kernel_blocks(D, grid_rows)
     num_blocks = triton.cdiv(grid_rows, blocks.block_m)  # from a size, never from the batch's requests
     if num_blocks == 0:
         return None
     lanes = blocks.lanes
+    options = {} if blocks.max_registers is None else {"maxnreg": blocks.max_registers}
     compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
         projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
         kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
-        D=D, I=wk.shape[0], ROPE=2 * inv_freq.shape[0], RING=ring_size,
-        BLOCK_M=blocks.block_m, LANES=lanes, SUB_LANES=min(blocks.sub_lanes, lanes),
-        BLOCK_K=min(blocks.block_k, D), S_PAD=triton.next_power_of_2(max(request_slots, 1)),
-        RING_PAD=triton.next_power_of_2(ring_size), num_warps=blocks.num_warps, num_stages=blocks.num_stages,
+        D=D, I=index_dim, ROPE=2 * half, RING=ring_size,
+        BLOCK_M=blocks.block_m, LANES=lanes, STRIDE=blocks.block_m // lanes,
+        SUB_LANES=min(blocks.sub_lanes, lanes), BLOCK_K=min(blocks.block_k, D),
+        NOPE_PAD=triton.next_power_of_2(max(16, index_dim - 2 * half)),  # tl.dot's tiles: >= 16
+        HALF_PAD=max(16, half), S_PAD=triton.next_power_of_2(max(request_slots, 1)),
+        RING_PAD=triton.next_power_of_2(ring_size),
+        num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
     )
     return None if INTERPRET else compiled
 
@@ -262,10 +282,10 @@ def compress_fused(
             "the fused-gate projection: use compress_torch for this layer"
         )
     check_layer_batch_pools(layer, batch, pools)
-    for name, t in (("projected", projected), ("latent_out", latent_out)):
-        if t is not None and not isinstance(t, torch.Tensor):  # the op takes tensors only
-            raise ValueError(f"{name} is a {type(t).__name__}; expected one [T, {'2D' if name == 'projected' else 'D'}]"
-                             f" {'fp32' if name == 'projected' else 'bf16'} tensor")
+    # The op takes tensors only (its schema): anything else is refused here, by name.
+    for name, t, want in (("projected", projected, "[T, 2D] fp32"), ("latent_out", latent_out, "[T, D] bf16")):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} is a {type(t).__name__}; expected one {want} tensor")
     if latent_out is None:
         latent_out = torch.full((batch.num_rows, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
     if validate:

@@ -2,25 +2,25 @@
 
 Each ``@triton.jit`` function below is one step of the math, and :data:`STAGES` pairs it with the
 torch-path function it replaces (:mod:`c2graph.compressor.torch_path`). The last one,
-:func:`fused_compress_kernel`, is the program that runs them.
+:func:`fused_compress_kernel`, is the program that runs them; compiled, they are all inlined
+into it: one launch.
 
-How the rows are shared out. The grid covers the buffer in *blocks* of ``BLOCK_M`` rows; a
-program computes every group that completes in its block (and usually owns one block: a
-persistent launch gives a program several). Only a group row (odd ``pos``) stores anything, and
-about half the rows are group rows, so a program does not give each row a lane of its tiles:
-*lane* ``t`` looks at the pair of rows ``(2t, 2t + 1)`` of the block, and computes the one group
-row among them. Inside a request the pair always holds exactly one; where one request ends and
-the next begins inside a pair it may hold none, or two. A second pass picks up the second: it
-runs only in the blocks where a request boundary made one.
+How the rows are shared out. The grid covers the buffer in *blocks* of ``BLOCK_M`` rows, one
+program a block (a persistent launch gives a program several, in turn). Only a group row (odd
+``pos``) stores anything, and inside a request every other row is one, so a block of more than
+16 rows is computed in two *passes*: its even rows, then its odd rows, ``LANES = BLOCK_M // 2``
+rows a pass, one a lane; a pass whose rows complete no group is skipped, so a block inside one
+request runs one pass, every lane busy. A block of 16 rows (``tl.dot``'s smallest tile) runs one
+pass over all its rows.
 
-Each pass has two phases, with a barrier between them:
+A pass has two phases, with a barrier between them:
 
-1. pair and gate, RMSNorm, RoPE: the latent of each lane's group, stored in ``latent`` (the
-   pre-RoPE latent) and, after RoPE, in the compressed KV cache at the group's c2 slot. Lanes go
-   ``SUB_LANES`` at a time: each one loads two rows of ``2 * D`` fp32, which fill registers fast;
-2. index key: ``latent @ wk.T`` as one ``tl.dot`` over every lane of the block (one read of
-   ``wk`` per block), then RMSNorm and RoPE, stored in the index-K cache. The latent rows are read
-   back from ``latent``, where phase 1 just stored them (the barrier makes them visible).
+1. partners, gate, RMSNorm, RoPE: the latent of each lane's group, stored in ``latent`` (the
+   pre-RoPE latent) and, turned by RoPE, in the compressed KV cache at the group's c2 slot.
+   Lanes go ``SUB_LANES`` at a time: each loads two rows of ``2 * D`` fp32, which fill registers;
+2. the index key: ``latent @ wk.T`` over every lane of the pass (one read of ``wk`` a pass), then
+   RMSNorm and RoPE, stored in the index-K cache. The latent rows are read back from ``latent``,
+   where phase 1 just stored them (the barrier makes them visible).
 
 Then the program parks, in the ring, the last rows of the requests whose first row is in its
 block.
@@ -34,15 +34,19 @@ from typing import NamedTuple
 import triton
 import triton.language as tl
 
+from .._runtime import INTERPRET
 from . import torch_path
 from .triton_compat import cos, dot, sin, to_bf16
+
+if INTERPRET:
+    from triton.runtime.interpreter import InterpretedFunction
 
 NO_ROW = tl.constexpr(2**62)
 """The first row given to the padding lanes of the request-slot table: past every row."""
 
 
 # --------------------------------------------------------------------------------------------
-# Rows: which request each row belongs to, which rows complete a group, which lane computes it
+# Rows: which rows lie in a request, which complete a group, which row a lane computes
 # --------------------------------------------------------------------------------------------
 
 
@@ -62,44 +66,47 @@ def request_slot_table(offsets_ptr, request_slots, S_PAD: tl.constexpr):
 
 
 @triton.jit
-def request_of_rows(rows, offsets_ptr, request_slots, S_PAD: tl.constexpr):
-    """For each row (``[N]`` int64): the first row of its request, and whether it is live.
+def live_rows(rows, offsets_ptr, request_slots, S_PAD: tl.constexpr):
+    """``[N]`` bool: each row (``[N]`` int64) lies inside a request; padding rows lie in none.
 
-    Requests are disjoint and in order, so a row's request is the last one starting at or before
-    it, and the row is live if that request ends after it. Padding rows lie in no request. Only
-    the offsets decide where one request stops and the next begins: ``pos`` and ``req`` are not
-    compared.
+    Only the offsets decide where one request stops and the next begins: ``pos`` and ``req`` are
+    not compared.
     """
     starts, ends = request_slot_table(offsets_ptr, request_slots, S_PAD)
-    at_or_before = starts[None, :] <= rows[:, None]  # [N, S_PAD]
-    start = tl.max(tl.where(at_or_before, starts[None, :], -1), axis=1)
-    end = tl.max(tl.where(at_or_before, ends[None, :], -1), axis=1)
-    return start, rows < end
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])  # [N, S_PAD]
+    return tl.max(inside.to(tl.int32), axis=1) != 0
+
+
+@triton.jit
+def first_rows(rows, offsets_ptr, request_slots, S_PAD: tl.constexpr):
+    """``[N]`` bool: each row is the first row of a request (whose partner may be in the ring)."""
+    starts, ends = request_slot_table(offsets_ptr, request_slots, S_PAD)
+    first = (starts[None, :] == rows[:, None]) & (rows[:, None] < ends[None, :])  # [N, S_PAD]
+    return tl.max(first.to(tl.int32), axis=1) != 0
 
 
 @triton.jit
 def group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD: tl.constexpr):
-    """Which of ``rows`` (``[N]`` int64) complete a group, and which are their request's first row.
+    """``[N]`` bool: each row (``[N]`` int64) completes a group.
 
     A group completes at a live row of odd ``pos``. ``raw_out_loc == 0`` marks a padding row: it
     never stores, even if the offsets claimed it. Rows past the buffer load nothing.
     """
-    start, live = request_of_rows(rows, offsets_ptr, request_slots, S_PAD)
     in_buffer = rows < num_rows
     pos = tl.load(pos_ptr + rows, mask=in_buffer, other=0)
     raw = tl.load(raw_ptr + rows, mask=in_buffer, other=0)
-    return in_buffer & live & (pos % 2 == 1) & (raw != 0), rows == start
+    live = live_rows(rows, offsets_ptr, request_slots, S_PAD)
+    return in_buffer & live & (pos % 2 == 1) & (raw != 0)
 
 
 @triton.jit
-def lane_rows(block_lo, lanes, parity, BLOCK_M: tl.constexpr):
-    """The row each lane looks at in the pass over the block's rows of one ``parity``:
-    ``block_lo + 2 * lane + parity`` (``[N]`` int64), and whether it is in the block.
+def lane_rows(block_lo, lanes, parity, STRIDE: tl.constexpr):
+    """The row each lane looks at in one pass over a block: ``block_lo + STRIDE * lane + parity``.
 
-    Lanes past the block's ``BLOCK_M // 2`` rows of that parity (``tl.dot`` needs at least 16
-    lanes) look at none.
+    ``STRIDE`` is 1 for a block of 16 rows (one pass, a lane a row: ``tl.dot`` needs 16 lanes) and
+    2 for larger blocks (a pass over the even rows, ``parity`` 0, and one over the odd rows).
     """
-    return block_lo + 2 * lanes.to(tl.int64) + parity, lanes < BLOCK_M // 2
+    return block_lo + STRIDE * lanes.to(tl.int64) + parity
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,22 +115,30 @@ def lane_rows(block_lo, lanes, parity, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def pair_and_gate(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, group, first, num_rows,
-                  D: tl.constexpr, RING: tl.constexpr):
-    """Each lane's group pooled: ``[N, D]`` fp32, ``(kv_prev * e_prev + kv * e) / (e_prev + e)``.
+def partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots, num_rows,
+             D: tl.constexpr, RING: tl.constexpr, S_PAD: tl.constexpr):
+    """``[N]`` pointers to the ``| kv | score |`` row of each lane's group row, and of its partner.
 
-    ``(e_prev, e)`` are the per-channel softmax weights of the partner's score and the row's.
     The partner is the previous row of the buffer, except for the first row of a request (a
-    chunk that starts at an odd position): its partner is the ring row an earlier chunk parked.
+    chunk that starts at an odd position): its partner is the ring row an earlier chunk parked,
+    ``req * RING + (pos - 1) % RING``.
     """
-    cols = tl.arange(0, D)
     in_buffer = rows < num_rows
     pos = tl.load(pos_ptr + rows, mask=in_buffer, other=1)
     req = tl.load(req_ptr + rows, mask=in_buffer, other=0)
-    cur = projected_ptr + rows * (2 * D)  # | kv | score | of the group row
+    cur = projected_ptr + rows * (2 * D)
     ring_row = ring_ptr + (req * RING + (pos - 1) % RING) * (2 * D)
-    prev = tl.where(first, ring_row, cur - 2 * D)  # | kv | score | of its partner
-    # Lanes without a group load nothing; each partner row is read once, by its group row's lane.
+    first = first_rows(rows, offsets_ptr, request_slots, S_PAD)
+    return cur, tl.where(first, ring_row, cur - 2 * D)
+
+
+@triton.jit
+def gate(cur, prev, group, cols, D: tl.constexpr):
+    """Each lane's group pooled at ``cols``: ``[N, C]`` fp32, ``(kv_prev * e_prev + kv * e) / (e_prev + e)``.
+
+    ``(e_prev, e)`` are the per-channel softmax weights of the partner's score and the row's.
+    Lanes without a group load nothing: each buffer row is read once, by its group's lane.
+    """
     m = group[:, None]
     kv = tl.load(cur[:, None] + cols[None, :], mask=m, other=0.0)
     score = tl.load(cur[:, None] + D + cols[None, :], mask=m, other=0.0)
@@ -136,55 +151,55 @@ def pair_and_gate(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, group, first,
 
 
 @triton.jit
-def rms_norm(x, weight_ptr, eps, WIDTH: tl.constexpr):
-    """``x`` (``[N, WIDTH]`` fp32) rounded to bf16, then ``x * rsqrt(mean(x**2) + eps) * weight``.
+def rms_norm(x, inv_rms, weight_ptr, cols, valid):
+    """``x * inv_rms * weight[cols]`` in fp32, rounded to bf16 (returned as fp32): one RMSNorm tile.
 
-    Computed in fp32 and rounded to bf16; returned as fp32 (every value a bf16).
+    ``x``: ``[N, C]`` fp32 holding bf16 values; ``inv_rms``: ``[N]``, ``rsqrt(mean(x**2) + eps)``
+    over the whole row (the caller sums the squares of every tile of the row). Columns that are not
+    ``valid`` (padding) come out zero.
     """
-    x = to_bf16(x).to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / WIDTH + eps)
-    weight = tl.load(weight_ptr + tl.arange(0, WIDTH)).to(tl.float32)
+    weight = tl.load(weight_ptr + cols, mask=valid, other=0.0).to(tl.float32)
     return to_bf16(x * inv_rms[:, None] * weight[None, :]).to(tl.float32)
 
 
 @triton.jit
-def rope(src, dst, group_pos, group, inv_freq_ptr, WIDTH: tl.constexpr, ROPE: tl.constexpr):
-    """RoPE on the last ``ROPE`` dims of bf16 rows of ``WIDTH``: read from ``src``, turned, written to ``dst``.
+def rope(x_even, x_odd, group_pos, inv_freq_ptr, i, valid):
+    """Turn each pair ``(x_even[:, i], x_odd[:, i])`` by the angle ``group_pos * inv_freq[i]``, in fp32.
 
-    ``src``, ``dst``: ``[N]`` pointers to each lane's row (they may be the same rows). With
-    ``b = WIDTH - ROPE``, pair ``(b + 2i, b + 2i + 1)`` turns by ``group_pos * inv_freq[i]``, in
-    fp32, rounded to bf16. The pairs' two halves are read as two tiles, even and odd columns.
+    ``x_even``, ``x_odd``: ``[N, H]`` fp32, the even and odd dims of the last ``2H`` dims of a row;
+    ``group_pos``: ``[N]`` fp32. Returns the turned pair, rounded to bf16.
     """
-    i = tl.arange(0, ROPE // 2)
-    even = (WIDTH - ROPE + 2 * i)[None, :]
-    m = group[:, None]  # lanes without a group read and write nothing
-    x_even = tl.load(src[:, None] + even, mask=m, other=0.0).to(tl.float32)
-    x_odd = tl.load(src[:, None] + even + 1, mask=m, other=0.0).to(tl.float32)
-    angle = group_pos[:, None] * tl.load(inv_freq_ptr + i)[None, :]  # [N, ROPE // 2] fp32
+    angle = group_pos[:, None] * tl.load(inv_freq_ptr + i, mask=valid, other=0.0)[None, :]
     c = cos(angle)
     s = sin(angle)
-    tl.debug_barrier()  # where src is dst, every thread reads its pairs before any is overwritten
-    tl.store(dst[:, None] + even, to_bf16(x_even * c - x_odd * s), mask=m)
-    tl.store(dst[:, None] + even + 1, to_bf16(x_even * s + x_odd * c), mask=m)
+    return to_bf16(x_even * c - x_odd * s), to_bf16(x_even * s + x_odd * c)
 
 
 @triton.jit
-def index_key(latent_ptr, wk_ptr, rows, group, D: tl.constexpr, I: tl.constexpr,
-              BLOCK_K: tl.constexpr):
-    """``k = latent @ wk.T`` for each lane's group: ``[N, I]`` fp32 (bf16 operands, fp32 sums).
+def index_key(latent_ptr, wk_ptr, rows, group, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
+              BLOCK_K: tl.constexpr, NOPE_PAD: tl.constexpr, HALF_PAD: tl.constexpr):
+    """``k = latent @ wk.T`` for each lane's group, bf16 operands, fp32 sums, as three tiles.
 
-    The latent rows are read back from ``latent`` (``[T, D]`` bf16), ``BLOCK_K`` columns at a
-    time, with the same columns of ``wk`` (``[I, D]`` bf16), so the whole of ``wk`` is read once
-    for all the lanes. Lanes without a group multiply zeros.
+    The un-rotated dims ``[0, I - ROPE)`` (``[N, NOPE_PAD]``), and RoPE's even and odd dims
+    (``[N, HALF_PAD]`` each): a product per tile, with the rows of ``wk`` that give its dims (padding
+    dims, up to ``tl.dot``'s 16, get zero weights). The latent rows are read back from ``latent``,
+    ``BLOCK_K`` columns at a time; ``wk`` is read once for all the lanes.
     """
-    j = tl.arange(0, I)
-    acc = tl.zeros((rows.shape[0], I), dtype=tl.float32)
+    jn = tl.arange(0, NOPE_PAD)
+    jh = tl.arange(0, HALF_PAD)
+    n_ok = (jn < I - ROPE)[None, :]
+    h_ok = (jh < ROPE // 2)[None, :]
+    acc_n = tl.full((rows.shape[0], NOPE_PAD), 0.0, tl.float32)
+    acc_e = tl.full((rows.shape[0], HALF_PAD), 0.0, tl.float32)
+    acc_o = tl.full((rows.shape[0], HALF_PAD), 0.0, tl.float32)
     for k0 in range(0, D, BLOCK_K):
-        kk = k0 + tl.arange(0, BLOCK_K)
-        a = tl.load(latent_ptr + rows[:, None] * D + kk[None, :], mask=group[:, None], other=0.0)
-        w = tl.load(wk_ptr + j[None, :] * D + kk[:, None])  # [BLOCK_K, I]: column j of k is row j of wk
-        acc = dot(a, w, acc)
-    return acc
+        kk = (k0 + tl.arange(0, BLOCK_K))[:, None]
+        a = tl.load(latent_ptr + rows[:, None] * D + kk.T, mask=group[:, None], other=0.0)
+        # [BLOCK_K, dims] tiles of wk.T: column j of k is row j of wk
+        acc_n = dot(a, tl.load(wk_ptr + jn[None, :] * D + kk, mask=n_ok, other=0.0), acc_n)
+        acc_e = dot(a, tl.load(wk_ptr + (I - ROPE + 2 * jh)[None, :] * D + kk, mask=h_ok, other=0.0), acc_e)
+        acc_o = dot(a, tl.load(wk_ptr + (I - ROPE + 1 + 2 * jh)[None, :] * D + kk, mask=h_ok, other=0.0), acc_o)
+    return acc_n, acc_e, acc_o
 
 
 # --------------------------------------------------------------------------------------------
@@ -193,47 +208,73 @@ def index_key(latent_ptr, wk_ptr, rows, group, D: tl.constexpr, I: tl.constexpr,
 
 
 @triton.jit
-def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr, kv_cache_ptr,
-                        latent_ptr, rows, in_block, offsets_ptr, request_slots, num_rows, eps,
+def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr, inv_freq_ptr,
+                        kv_cache_ptr, latent_ptr, rows, offsets_ptr, request_slots, num_rows, eps,
                         D: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr, S_PAD: tl.constexpr):
-    """Phase 1 for a tile of lanes: the pre-RoPE latent of each lane's group, stored twice.
+    """Phase 1 for a tile of lanes: the latent of each lane's group, in ``latent`` and the KV cache.
 
-    Pair and gate, RMSNorm: stored in ``latent`` at the group row, and its first ``D - ROPE``
-    dims (RoPE leaves them alone) in the compressed KV cache at the c2 slot ``raw_out_loc // 2``.
-    Lanes whose row completes no group store nothing.
+    Partners, gate, RMSNorm: the pre-RoPE latent, stored in ``latent`` at the group row and, but
+    for its last ``ROPE`` dims, in the KV cache at the c2 slot ``raw_out_loc // 2``. RoPE turns
+    pairs of those last dims, so they are gated and normalised once more as two tiles, the even
+    dims and the odd dims (the same values: the rows were just read, the L1 holds them), turned,
+    and stored at the c2 slot.
     """
-    group, first = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-    group = group & in_block
-    pooled = pair_and_gate(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, group, first, num_rows, D, RING)
-    latent = rms_norm(pooled, norm_w_ptr, eps, D).to(tl.bfloat16)
-    c2_slot = tl.load(raw_ptr + rows, mask=rows < num_rows, other=0) // 2
+    group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
+    cur, prev = partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots, num_rows,
+                         D, RING, S_PAD)
     cols = tl.arange(0, D)
+    x = to_bf16(gate(cur, prev, group, cols, D)).to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)
+    latent = rms_norm(x, inv_rms, norm_w_ptr, cols, cols < D).to(tl.bfloat16)
+    i = tl.arange(0, ROPE // 2)
+    even = D - ROPE + 2 * i
+    rope_dims = i < ROPE // 2  # every one: the tiles are exactly the rope dims
+    x_even = to_bf16(gate(cur, prev, group, even, D)).to(tl.float32)
+    x_even = rms_norm(x_even, inv_rms, norm_w_ptr, even, rope_dims)
+    x_odd = to_bf16(gate(cur, prev, group, even + 1, D)).to(tl.float32)
+    x_odd = rms_norm(x_odd, inv_rms, norm_w_ptr, even + 1, rope_dims)
+    in_buffer = rows < num_rows
+    group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
+    turned_even, turned_odd = rope(x_even, x_odd, group_pos, inv_freq_ptr, i, rope_dims)
     m = group[:, None]
     tl.store(latent_ptr + rows[:, None] * D + cols[None, :], latent, mask=m)
-    tl.store(kv_cache_ptr + c2_slot[:, None] * D + cols[None, :], latent, mask=m & (cols < D - ROPE)[None, :])
+    cache_row = kv_cache_ptr + (tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2)[:, None] * D
+    tl.store(cache_row + cols[None, :], latent, mask=m & (cols < D - ROPE)[None, :])
+    tl.store(cache_row + even[None, :], turned_even, mask=m)
+    tl.store(cache_row + even[None, :] + 1, turned_odd, mask=m)
 
 
 @triton.jit
-def index_key_and_rope(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, kv_cache_ptr,
-                       index_k_ptr, rows, in_block, offsets_ptr, request_slots, num_rows, eps,
-                       D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, BLOCK_K: tl.constexpr,
-                       S_PAD: tl.constexpr):
-    """Phase 2 for every lane of the block: the index key, and RoPE on both caches' last dims.
+def index_key_and_cache(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, index_k_ptr,
+                        rows, offsets_ptr, request_slots, num_rows, eps, D: tl.constexpr, I: tl.constexpr,
+                        ROPE: tl.constexpr, BLOCK_K: tl.constexpr, NOPE_PAD: tl.constexpr,
+                        HALF_PAD: tl.constexpr, S_PAD: tl.constexpr):
+    """Phase 2 for every lane of the block: the index key, stored in the index-K cache.
 
-    ``latent @ wk.T`` rounded to bf16, RMSNorm with ``k_norm_w``: stored in the index-K cache at
-    the c2 slot. Then RoPE at the group position ``pos - 1`` turns the latent's last dims into the
-    KV cache, and the key's last dims in place. Lanes whose row completes no group store nothing.
+    ``latent @ wk.T`` (three tiles) rounded to bf16, RMSNorm with ``k_norm_w`` over all three,
+    RoPE on the even and odd tiles, stored at the c2 slot. Lanes without a group store nothing.
     """
-    group, _ = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-    group = group & in_block
-    k = rms_norm(index_key(latent_ptr, wk_ptr, rows, group, D, I, BLOCK_K), k_norm_w_ptr, eps, I)
-    c2_slot = tl.load(raw_ptr + rows, mask=rows < num_rows, other=0) // 2
-    j = tl.arange(0, I)
-    tl.store(index_k_ptr + c2_slot[:, None] * I + j[None, :], k.to(tl.bfloat16), mask=group[:, None])
-    tl.debug_barrier()  # the key's rows, stored by other threads, are read back by RoPE
-    group_pos = (tl.load(pos_ptr + rows, mask=rows < num_rows, other=1) - 1).to(tl.float32)
-    rope(latent_ptr + rows * D, kv_cache_ptr + c2_slot * D, group_pos, group, inv_freq_ptr, D, ROPE)
-    rope(index_k_ptr + c2_slot * I, index_k_ptr + c2_slot * I, group_pos, group, inv_freq_ptr, I, ROPE)
+    group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
+    k_n, k_e, k_o = index_key(latent_ptr, wk_ptr, rows, group, D, I, ROPE, BLOCK_K, NOPE_PAD, HALF_PAD)
+    k_n = to_bf16(k_n).to(tl.float32)
+    k_e = to_bf16(k_e).to(tl.float32)
+    k_o = to_bf16(k_o).to(tl.float32)
+    sum_sq = tl.sum(k_n * k_n, axis=1) + tl.sum(k_e * k_e, axis=1) + tl.sum(k_o * k_o, axis=1)  # padding: zeros
+    inv_rms = tl.rsqrt(sum_sq / I + eps)
+    jn = tl.arange(0, NOPE_PAD)
+    i = tl.arange(0, HALF_PAD)
+    even = I - ROPE + 2 * i
+    in_buffer = rows < num_rows
+    group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
+    turned_e, turned_o = rope(rms_norm(k_e, inv_rms, k_norm_w_ptr, even, i < ROPE // 2),
+                              rms_norm(k_o, inv_rms, k_norm_w_ptr, even + 1, i < ROPE // 2),
+                              group_pos, inv_freq_ptr, i, i < ROPE // 2)
+    key_row = index_k_ptr + (tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2)[:, None] * I
+    m = group[:, None]
+    tl.store(key_row + jn[None, :], rms_norm(k_n, inv_rms, k_norm_w_ptr, jn, jn < I - ROPE),
+             mask=m & (jn < I - ROPE)[None, :])
+    tl.store(key_row + even[None, :], turned_e, mask=m & (i < ROPE // 2)[None, :])
+    tl.store(key_row + even[None, :] + 1, turned_o, mask=m & (i < ROPE // 2)[None, :])
 
 
 @triton.jit
@@ -283,32 +324,36 @@ def fused_compress_kernel(
     latent_ptr,  # [T, D] bf16: the pre-RoPE latents
     num_rows, request_slots, num_blocks, eps,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
-    BLOCK_M: tl.constexpr, LANES: tl.constexpr, SUB_LANES: tl.constexpr, BLOCK_K: tl.constexpr,
-    S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
+    BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, SUB_LANES: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    NOPE_PAD: tl.constexpr, HALF_PAD: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
 ):
     # The grid depends only on static sizes (the buffer's blocks, the SMs): the extend offsets,
     # read here from a tensor, decide which lanes do any work. A graph can capture this launch.
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         block_lo = block * BLOCK_M
-        # A pass over the block's even rows, then one over its odd rows; a pass is skipped where
-        # no row of its parity completes a group (inside one request, every other row does).
-        block_rows = block_lo + tl.arange(0, BLOCK_M)
-        completes, _ = group_rows(block_rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-        has_even = tl.max((completes & (block_rows % 2 == 0)).to(tl.int32), axis=0)
-        has_odd = tl.max((completes & (block_rows % 2 == 1)).to(tl.int32), axis=0)
-        for parity in range(1 - has_even, 1 + has_odd):
+        # Blocks of 16 rows: one pass, a lane a row. Larger blocks: a pass over their even rows,
+        # then one over their odd rows, each skipped where no row of its parity completes a group
+        # (inside one request every other row does: one pass is usually enough).
+        first_pass, end_pass = 0, 1
+        if STRIDE == 2:
+            block_rows = block_lo + tl.arange(0, BLOCK_M)
+            completes = group_rows(block_rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
+            first_pass = 1 - tl.max((completes & (block_rows % 2 == 0)).to(tl.int32), axis=0)
+            end_pass = 1 + tl.max((completes & (block_rows % 2 == 1)).to(tl.int32), axis=0)
+        for parity in range(first_pass, end_pass):
             # Phase 1, SUB_LANES lanes at a time (each lane loads two rows of 2D fp32).
             for lane0 in range(0, LANES, SUB_LANES):
-                sub_rows, sub_in_block = lane_rows(block_lo, lane0 + tl.arange(0, SUB_LANES), parity, BLOCK_M)
+                sub_rows = lane_rows(block_lo, lane0 + tl.arange(0, SUB_LANES), parity, STRIDE)
                 latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr,
-                                    kv_cache_ptr, latent_ptr, sub_rows, sub_in_block, offsets_ptr,
+                                    inv_freq_ptr, kv_cache_ptr, latent_ptr, sub_rows, offsets_ptr,
                                     request_slots, num_rows, eps, D, ROPE, RING, S_PAD)
             # Phase 2 reads the latent rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()
-            rows, in_block = lane_rows(block_lo, tl.arange(0, LANES), parity, BLOCK_M)
-            index_key_and_rope(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, kv_cache_ptr,
-                               index_k_ptr, rows, in_block, offsets_ptr, request_slots, num_rows, eps,
-                               D, I, ROPE, BLOCK_K, S_PAD)
+            rows = lane_rows(block_lo, tl.arange(0, LANES), parity, STRIDE)
+            index_key_and_cache(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, index_k_ptr,
+                                rows, offsets_ptr, request_slots, num_rows, eps, D, I, ROPE, BLOCK_K, NOPE_PAD,
+                                HALF_PAD, S_PAD)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block_lo,
                      num_rows, D, RING, RING_PAD, BLOCK_M, S_PAD)
 
@@ -328,15 +373,17 @@ class Stage(NamedTuple):
 
 
 STAGES: tuple[Stage, ...] = (
-    Stage("request slot of each row", request_of_rows, (torch_path.previous_row_is_partner,)),
-    Stage("group rows and ring partners", group_rows, (torch_path.ring_read_rows,)),
+    Stage("rows inside a request", live_rows, (torch_path.previous_row_is_partner,)),
+    Stage("first rows of requests", first_rows, (torch_path.ring_read_rows,)),
+    Stage("group rows", group_rows, ()),
     Stage("rows of a pass", lane_rows, ()),
-    Stage("pair and gate", pair_and_gate, (torch_path.pair_partners, torch_path.gate)),
+    Stage("partners", partners, (torch_path.pair_partners,)),
+    Stage("gate", gate, (torch_path.gate,)),
     Stage("RMSNorm", rms_norm, (torch_path.finish, torch_path.rms_norm)),
+    Stage("RoPE", rope, (torch_path.rope,)),
     Stage("phase 1: the latent", latent_and_kv_cache, (torch_path.compress_torch,)),
     Stage("index key", index_key, (torch_path.index_key,)),
-    Stage("RoPE", rope, (torch_path.rope,)),
-    Stage("phase 2: index key and RoPE", index_key_and_rope, (torch_path.index_key,)),
+    Stage("phase 2: index key and RoPE", index_key_and_cache, (torch_path.index_key,)),
     Stage("park", park_in_ring, (torch_path.park_mask, torch_path.park)),
     Stage("one program", fused_compress_kernel, (torch_path.compress_torch,)),
 )
@@ -346,3 +393,12 @@ STAGES: tuple[Stage, ...] = (
 def source(fn) -> str:
     """The Python source of a ``@triton.jit`` function (or of a plain one)."""
     return inspect.getsource(getattr(fn, "fn", fn))
+
+
+if INTERPRET:
+    # Triton's interpreter re-patches triton.language at every call of a @triton.jit function (about
+    # a millisecond, dozens of calls a program): the interpreted kernel calls the stages' Python
+    # functions instead, the same code. Compiled, every stage is inlined into the one kernel anyway.
+    for _name, _value in list(globals().items()):
+        if isinstance(_value, InterpretedFunction) and _value is not fused_compress_kernel:
+            globals()[_name] = _value.fn

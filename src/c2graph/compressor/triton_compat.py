@@ -32,7 +32,7 @@ if INTERPRET:
         """fp32 -> bf16, round to nearest even, written out (the interpreter's cast truncates)."""
         bits = x.to(tl.uint32, bitcast=True)
         bits = bits + 0x7FFF + ((bits >> 16) & 1)  # carry into bit 16 when the low half rounds up
-        rounded = ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+        rounded = (bits & 0xFFFF0000).to(tl.float32, bitcast=True)
         return tl.where(x == x, rounded, x).to(tl.bfloat16)  # NaN stays NaN
 
     @triton.jit
