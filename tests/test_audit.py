@@ -38,7 +38,7 @@ def test_the_fixed_runner_reads_the_offsets_by_address_and_freezes_only_static_s
     writes = {t.name: t.label for t in node.tensors if t.written}
     assert reads["extend_offsets"] == "low_ratio_extend_offsets"
     assert reads["projected"] == "projected[:16]" and reads["pos"] == "pos[:16]"
-    assert writes == {"ring": "ring", "kv_cache": "kv_cache", "index_k": "index_k", "latent": "latent[:16]"}
+    assert writes == {"ring": "ring", "kv_cache": "kv_cache", "index_k": "index_k", "latent_out": "latent[:16]"}
     assert "FROM THE BATCH" not in audit.table() and "nothing frozen came from the batch" in audit.table()
 
 

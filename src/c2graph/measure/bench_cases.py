@@ -89,7 +89,7 @@ def make_case(cfg: Config, rows: int, device: torch.device, *, cache_bytes: int,
     allocator = ReqToTokenPool(cfg, REQUESTS[1], longest, seed=seed)
     batch = ExtendBatch.build(requests, allocator, request_slots=REQUESTS[1], pad_to=rows, device=device)
     # Each block of rows of the fused kernel reads the weights: ask the kernel's own plan how many.
-    programs = len(program_plan(batch, cfg.ring_size, block_m=kernel_blocks(cfg.D).block_m))
+    programs = len(program_plan(batch, cfg.ring_size, block_m=kernel_blocks(cfg.D, batch.num_rows).block_m))
     min_bytes = sum(minimum_bytes(cfg, batch, programs=programs).values())
     floor_bytes = sum(minimum_bytes(cfg, batch).values())
     fewest, most = copies
