@@ -97,9 +97,10 @@ gpu-notebooks: gpu-deps
 
 ## make bench: the benchmark on a CUDA host (under 8 minutes on an H200): a table on stdout, the
 ## results in $(OUT)/benchmarks/results/<date>-<device>.json, to be copied to benchmarks/results/
+# BENCH_ARGS: more arguments, e.g. BENCH_ARGS="--time-budget-s 200 --rows 2048,16384"
 bench:
 	@mkdir -p $(OUT)/benchmarks/results
-	$(GPU_ENV) $(GPU_PY) -m c2graph bench --folder $(OUT)/benchmarks/results
+	$(GPU_ENV) $(GPU_PY) -m c2graph bench --folder $(OUT)/benchmarks/results $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis
