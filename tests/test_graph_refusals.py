@@ -92,6 +92,7 @@ HOST_COPIES = {
     "new_tensor_from_list": lambda s: s.x.new_tensor([1.0, 2.0]),
     "index_with_list": lambda s: s.x[[0, 2]],
     "index_put_number": lambda s: s.x.__setitem__(s.idx, 5.0),
+    "setitem_int_number": lambda s: s.x.__setitem__(2, 5.0),
 }
 
 WHERE = ["caller", "op"]  # the host read runs in the caller's code, or inside a custom op's body

@@ -90,11 +90,12 @@ def test_the_launch_counts_differ_by_what_they_count():
 
 
 def test_capture_freezes_ints_and_addresses():
-    n, x = 3, torch.arange(8.0)
+    dev = c2.DEFAULT_DEVICE  # a CUDA graph records only device work
+    n, x = 3, torch.arange(8.0, device=dev)
     g = c2.Graph()
     with g.capture():
         y, head = x * n, x[:n].sum()
-    x.copy_(torch.arange(8.0) + 1)
+    x.copy_(torch.arange(8.0, device=dev) + 1)
     g.replay()
     assert y.tolist() == [3.0 * v for v in range(1, 9)] and head.item() == 6.0
 

@@ -219,16 +219,20 @@ def test_student_copy_of_the_fixture_stubs_solutions_clears_outputs_and_changes_
 def _probe_helper() -> str:
     """The kernel's first cell: defines ``__c2graph_probe(stub, check, solution)``."""
     return f'''def __c2graph_probe(stub, check, solution):
-    import ast, json, traceback
+    import ast, json, linecache, traceback
     from IPython.core.inputtransformer2 import TransformerManager
     from c2graph.workshop import CheckResult
     ns = get_ipython().user_ns
 
     def run(source):  # the cell's statements, then the value of its last expression
-        tree = ast.parse(TransformerManager().transform_cell(source))
+        code = TransformerManager().transform_cell(source)
+        # kept in linecache as IPython keeps a cell's source: compiled Triton reads it back
+        name = f"<exercise-{{len(linecache.cache)}}>"
+        linecache.cache[name] = (len(code), None, code.splitlines(keepends=True), name)
+        tree = ast.parse(code)
         last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
-        exec(compile(tree, "<exercise>", "exec"), ns)
-        return None if last is None else eval(compile(ast.Expression(last.value), "<exercise>", "eval"), ns)
+        exec(compile(tree, name, "exec"), ns)
+        return None if last is None else eval(compile(ast.Expression(last.value), name, "eval"), ns)
 
     def outcome(result):
         return {{"check_result": isinstance(result, CheckResult), "ok": bool(getattr(result, "ok", False)),

@@ -114,7 +114,8 @@ def ring_rows_of_own_pos(batch, prev_is_partner, ring_size, sentinel):
 
 
 def park_mask_from_host(batch, ring_size):
-    """Right when run eagerly, but decided on the host: a capture freezes it."""
+    """Right when run eagerly, but decided on the host: ``mask[row] = True`` copies a host number
+    to the device, which a capture refuses (CUDA and the emulation alike)."""
     mask = torch.zeros(batch.num_rows, dtype=torch.bool, device=batch.pos.device)
     for rows in batch.row_ranges():
         for row in rows[-ring_size:]:
@@ -143,7 +144,7 @@ def park_without_restoring_the_sentinel(ring, kv, score, batch, ring_size):
 WRONG = [
     (wc.check_previous_is_partner, partner_ignoring_req, "belongs to request slot"),
     (wc.check_ring_read_rows, ring_rows_of_own_pos, "the rule says ring row"),
-    (wc.check_park_mask, park_mask_from_host, "frozen"),
+    (wc.check_park_mask, park_mask_from_host, "the capture refused your function"),
     (wc.check_park_mask, park_mask_one_too_many, "rows differ"),
     (wg.check_store_graph_safe, store_every_slot, "should not be written"),
     (wg.check_store_graph_safe, wc.my_store, "operation not permitted when stream is capturing"),

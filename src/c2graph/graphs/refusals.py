@@ -13,7 +13,8 @@ refused (CUDA's name nothing).
 - **Host copies** fail torch's own check, :data:`UNPINNED_COPY`, and the capture stays valid if
   the error is caught: ``.cpu()``, ``.to("cpu")``, ``.tolist()``, a tensor built from Python
   data (``torch.tensor(list)``, ``torch.as_tensor``, ``t.new_tensor``, indexing with a Python
-  list), and ``t[index_tensor] = number`` (the number is copied to the device). Each stages its
+  list), and ``t[index_tensor] = number`` or ``t[i] = number`` (the number is copied to the device;
+  seen on an H200 for ``mask[row] = True`` inside a captured park rule). Each stages its
   data in pageable host memory (the caching host allocator's pinned buffers are not used), and
   torch's copy asks whether the stream is capturing (``cudaStreamIsCapturing``) before it makes
   any other CUDA call: refused there, it never reaches the copy, every time.
@@ -79,6 +80,9 @@ class CaptureState:
             self.refuse_sync(f"{func} has a data-dependent output shape")
         elif func is aten.lift_fresh.default and args[0].dim() > 0:
             raise host_copy_error("Python data becomes a device tensor, a host-to-device copy")
+        elif func is aten.copy_.default and args[1] is self.host_number:
+            # ``t[i] = number``: torch copies the number, a host tensor, into the selected element
+            raise host_copy_error(f"{func} copies the Python number it writes to the device")
 
     def _check_index_put(self, func, args, kwargs) -> None:
         """``index_put_(self, indices, values, accumulate)``, as ``_index_put_impl_`` dispatches it."""

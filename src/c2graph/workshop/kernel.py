@@ -95,6 +95,9 @@ def check_gate(fn, seed: int = 0) -> CheckResult:
     def cases():
         if not isinstance(fn, triton.runtime.jit.KernelInterface):
             return [(False, f"{getattr(fn, '__name__', fn)!s} is not a Triton function: decorate it with @triton.jit")]
+        if "raise NotImplementedError" in getattr(fn, "src", ""):
+            # a student copy's stub: the compiler would only report that it cannot compile a raise
+            raise NotImplementedError("the gate still raises NotImplementedError")
         results = []
         for what, tiles in _cases(seed):
             got, want = _run(fn, *tiles), torch_gate(*tiles)
