@@ -33,7 +33,7 @@ from c2graph.compressor.fused import BLOCK_M
 from c2graph.measure.traffic import minimum_bytes
 from c2graph.measure.opcount import count_cuda_kernels, count_ops
 
-TOL = 2**-6  # fused vs torch, and fused vs the float64 reference (SPEC §7)
+TOL = 2**-6  # fused vs torch, and fused vs the float64 reference (docs/design.md, "The math")
 
 DEVICES = [pytest.param("cuda", marks=pytest.mark.gpu)] if c2.HAS_CUDA else ["cpu"]
 EXAMPLES = settings(max_examples=25, deadline=None)
