@@ -34,8 +34,9 @@ from pathlib import Path
 SCHEMA = "c2graph-bench/1"
 PATHS = ("torch", "compiled", "fused", "model")
 MODES = ("eager", "graph")
-RESULTS_FOLDER = Path("benchmarks") / "results"
-"""Where stored results live, relative to the repository root."""
+RESULTS_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
+"""Where stored results live: ``benchmarks/results/`` of the repository this package is in (found
+from the package's own files, so a notebook finds it from any working directory)."""
 
 _TOP = {
     "schema": str, "device": str, "torch": str, "triton": str, "date": str, "config": str,
