@@ -75,7 +75,7 @@ def _panel(ax, name: str, batch: ExtendBatch, cols: int) -> None:
     past = S - batch.batch_size
     note = f"{batch.batch_size} request(s), {batch.live_rows} live rows, {T if batch.num_rows else 0} rows"
     if past:
-        which = f"slot {S - 1}" if past == 1 else f"slots {batch.batch_size}..{S - 1}"
+        which = f"request slot {S - 1}" if past == 1 else f"request slots {batch.batch_size}..{S - 1}"
         note += f"; {which} past the batch: count 0, first row {batch.live_rows}"
     ax.set_title(f"{name}: {note}", fontsize=10, loc="left")
     ax.set_xlim(-4.2 * T / 16, T + 0.5)
