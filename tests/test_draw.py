@@ -15,6 +15,7 @@ from matplotlib.figure import Figure  # noqa: E402
 import c2graph as c2  # noqa: E402
 from c2graph.pictures.draw import draw_batch, draw_gate_weights, draw_path, draw_ring  # noqa: E402
 from c2graph.pictures.figures import main as figures_main  # noqa: E402
+from c2graph.measure.results import newest_results  # noqa: E402
 
 CFG = c2.Config.tiny()
 
@@ -139,7 +140,9 @@ def test_figures_command(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     figures_main(["out/figs"])
     printed = capsys.readouterr().out.split()
-    assert printed == [f"out/figs/{name}.png" for name in (
-        "path", "ragged_batch", "ring", "extend_offsets", "fused_programs", "frozen_offsets")]
+    cpu = ("path", "ragged_batch", "ring", "extend_offsets", "fused_programs", "frozen_offsets")
+    # the benchmark's pictures, drawn from the newest stored GPU results where there are any
+    gpu = ("bench_times", "bench_bandwidth", "bench_speedups") if newest_results() is not None else ()
+    assert printed == [f"out/figs/{name}.png" for name in cpu + gpu]
     for p in printed:
         assert (tmp_path / p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
