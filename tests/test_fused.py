@@ -7,7 +7,6 @@ small batches. On a CUDA machine the same tests run the compiled kernel (``pytes
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 import torch

@@ -25,7 +25,6 @@ from c2graph.pictures.draw_fused import (  # noqa: E402
     draw_extend_offsets,
     draw_launch_counts,
     draw_programs,
-    draw_timings,
 )
 from c2graph.pictures.draw_graph import draw_graph_nodes, draw_static_buffers, draw_wrong_slots  # noqa: E402
 from c2graph.pictures.style import MAX_WIDTH, MIN_FONT, PADDING_COLOUR, request_colour  # noqa: E402
@@ -65,7 +64,6 @@ def pictures(case):
     b = _batch(**case)
     n = 5 if big else 2
     paths = {f"path {i}": 10**i for i in range(n)}
-    sizes = [2**k for k in range(10, 10 + n)]
     yield "draw_batch", draw_batch(b, CFG.ring_size)
     yield "draw_ring", draw_ring(b, 8, CFG.ring_size, previous=_batch([(1, 0, 5)], None))
     yield "draw_extend_offsets", draw_extend_offsets(b)
@@ -73,8 +71,6 @@ def pictures(case):
     yield "draw_path", draw_path(CFG)
     yield "draw_gate_weights", draw_gate_weights(torch.rand(24 if big else 5, 512 if big else CFG.D))
     yield "draw_launch_counts", draw_launch_counts(paths, paths, 0.5, source="a GPU, torch x.y, a date")
-    yield "draw_timings", draw_timings(sizes, {p: [float(v)] * n for p, v in paths.items()},
-                                       {p: [v / 2] * n for p, v in paths.items()}, source="a GPU, a date")
     yield "draw_wrong_slots", _wrong_slots(**case)
     nodes = ["aten.mul.Tensor", "aten.add.Tensor"] * (60 if big else 3)
     yield "draw_graph_nodes", draw_graph_nodes({f"graph {i}": nodes for i in range(3 if big else 1)})
@@ -136,7 +132,3 @@ def test_cost_pictures_say_what_is_measured_and_what_is_computed():
     assert MINIMUM_LABEL == "minimum bytes (computed)"
     assert [p.get_hatch() for p in moved.patches] == [None, "//"]
     assert "measured: NVIDIA H200, torch 2.11, 2025-06-01" in fig.get_suptitle()
-    fig = draw_timings([1024, 2048], {"fused": [40.0, 50.0]}, {"fused": [10.0, 20.0]}, source="an H200")
-    labels = [t.get_text() for t in fig.legends[0].get_texts()]
-    assert labels == ["fused: eager call, measured", "fused: GPU kernel time, measured"]
-    assert fig.axes[0].get_title().endswith("measured: an H200")

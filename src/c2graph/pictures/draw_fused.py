@@ -232,34 +232,3 @@ def _bars(ax, bars: list[tuple[str, float, str, str | None]], unit: str) -> None
     ax.invert_yaxis()
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-
-
-def draw_timings(
-    rows: Sequence[int], eager_us: Mapping[str, Sequence[float]], gpu_us: Mapping[str, Sequence[float]] | None = None,
-    title: str | None = None, *, source: str | None = None,
-) -> Figure:
-    """Measured time per call against the number of rows (log-log), one colour per path.
-
-    ``eager_us``: the measured wall time of an eager call (solid lines); ``gpu_us``: the measured
-    time its kernels ran on the GPU (dashed lines, same colour). Where the solid line lies far
-    above the dashed one, the CPU launching the work sets the time, not the GPU doing it.
-    ``source`` says where the numbers were measured (device, versions, date).
-    """
-    fig = Figure(figsize=(8.4, 4.2), layout="constrained")
-    ax = fig.subplots()
-    colours = _path_colours(list(eager_us))
-    for name, us in eager_us.items():
-        ax.plot(rows, us, marker="o", color=colours[name], label=f"{name}: eager call, measured")
-        if gpu_us and name in gpu_us:
-            ax.plot(rows, gpu_us[name], marker="s", linestyle="--", color=colours[name],
-                    label=f"{name}: GPU kernel time, measured")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("rows in the batch (T)", fontsize=FONT)
-    ax.set_ylabel("µs per call (median, measured)", fontsize=FONT)
-    ax.tick_params(labelsize=MIN_FONT, which="both")
-    ax.grid(alpha=0.3, which="both")
-    title = title or "one source layer, dsv41 preset"
-    ax.set_title(f"{title}\nmeasured: {source}" if source else title, fontsize=TITLE_FONT)
-    legend_below(fig, ax.get_legend_handles_labels()[0], ncol=2)
-    return fig
