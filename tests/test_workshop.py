@@ -146,7 +146,9 @@ WRONG = [
     (wc.check_ring_read_rows, ring_rows_of_own_pos, "the rule says ring row"),
     (wc.check_park_mask, park_mask_from_host, "the capture refused your function"),
     (wc.check_park_mask, park_mask_one_too_many, "rows differ"),
-    (wg.check_store_graph_safe, store_every_slot, "should not be written"),
+    # on a GPU the even and the odd row's writes to one c2 slot land in either order: the eager run
+    # may already hold the even row's values
+    (wg.check_store_graph_safe, store_every_slot, ("should not be written", "run eagerly")),
     (wg.check_store_graph_safe, wc.my_store, "operation not permitted when stream is capturing"),
     (wg.check_park_graph_safe, park_without_restoring_the_sentinel, "the sentinel"),
     (wg.check_park_graph_safe, wc.my_park, "ring rows differ"),
@@ -157,7 +159,7 @@ WRONG = [
 def test_check_reports_a_wrong_solution_and_says_where(check, wrong, says):
     result = check(wrong)
     assert isinstance(result, CheckResult) and not result.ok
-    assert says in str(result), str(result)
+    assert any(s in str(result) for s in ((says,) if isinstance(says, str) else says)), str(result)
 
 
 @pytest.mark.parametrize("check", [wc.check_previous_is_partner, wc.check_ring_read_rows, wc.check_park_mask,

@@ -104,12 +104,16 @@ class Graph:
         return f"Graph(backend={self.backend!r}, state={self._state!r})"
 
     @contextlib.contextmanager
-    def capture(self, labels: dict[str, torch.Tensor] | None = None):
+    def capture(self, labels: dict[str, torch.Tensor] | None = None, *, record: bool = True):
         """Record the work of the ``with`` block without launching it. Raises on a second capture.
 
         If anything escapes the block, the graph is marked failed and cannot be replayed. Every op
         issued inside is also recorded for :meth:`audit`; ``labels`` names tensors (``{"pos":
         static_pos, ...}``) so the audit can say which buffer an argument lies in.
+
+        ``record=False`` records no ops (no :meth:`audit`, no :meth:`records`): the op records come
+        from a torch dispatch mode, and while one is active a ``torch.compile``'d function does not
+        run its compiled code but its ops one by one, eagerly. Capture compiled code with it off.
         """
         from .audit import recording  # the audit builds on this module
 
@@ -117,7 +121,8 @@ class Graph:
             raise RuntimeError(f"this Graph is {self._state}; a Graph is captured once: make a new Graph")
         self._state = "capturing"
         try:
-            with _no_automatic_garbage_collection(), self._impl.capturing(), recording(labels or {}) as records:
+            recorded = recording(labels or {}) if record else contextlib.nullcontext()
+            with _no_automatic_garbage_collection(), self._impl.capturing(), recorded as records:
                 self._records = records
                 yield
         except BaseException:
@@ -125,13 +130,13 @@ class Graph:
             raise
         self._state = "captured"
 
-    def capture_fn(self, fn: Callable[[], Any], warmup_iters: int = 2) -> Any:
-        """:func:`warmup` ``fn``, then capture one call of it.
+    def capture_fn(self, fn: Callable[[], Any], warmup_iters: int = 2, *, record: bool = True) -> Any:
+        """:func:`warmup` ``fn``, then capture one call of it (``record`` as in :meth:`capture`).
 
         Returns what the captured call returned: the static outputs that each replay overwrites.
         """
         warmup(fn, warmup_iters)
-        with self.capture():
+        with self.capture(record=record):
             out = fn()
         return out
 
@@ -163,6 +168,8 @@ class Graph:
         (:class:`~c2graph.graphs.audit.CaptureRecords`). Recorded during the capture on either
         backend; listing it launches nothing."""
         self._require_captured("audit")
+        if self._records is None:
+            raise RuntimeError("audit() of a graph captured with record=False: capture it with record=True")
         return self._records
 
     def pool(self):

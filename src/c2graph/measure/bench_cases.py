@@ -157,10 +157,11 @@ def compiled_calls(fn: Callable, layer: SourceLayer, sets: list[InputSet]) -> li
 
 def capture(calls: list[Callable[[], object]]) -> list[Graph]:
     """One graph per call, each warmed up then captured; all share the first graph's memory pool
-    (they replay one after another, never at the same time, as a serving engine's buckets do)."""
+    (they replay one after another, never at the same time, as a serving engine's buckets do).
+    No op records: under their dispatch mode a compiled function would run eagerly."""
     graphs: list[Graph] = []
     for call in calls:
         graph = Graph(pool=graphs[0].pool() if graphs else None)
-        graph.capture_fn(call)
+        graph.capture_fn(call, record=False)
         graphs.append(graph)
     return graphs
