@@ -143,7 +143,7 @@ BOTH_PARITIES = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_block_with_group_rows_of_both_parities(device):
     """Blocks of 32 rows: a pass over the even rows, then one over the odd rows."""
-    blocks = KernelBlocks(block_m=32, sub_lanes=16, block_k=32, num_warps=4)
+    blocks = KernelBlocks(block_m=32, chunk=16, block_k=32, num_warps=4)
     batch = check_against_torch(c2.Config.tiny(), BOTH_PARITIES, extra_slots=1, padding=3, device=device,
                                 blocks=blocks)
     (program,) = program_plan(batch, ring_size=2, block_m=32)
@@ -155,12 +155,12 @@ def test_a_block_with_group_rows_of_both_parities(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("blocks", [
-    KernelBlocks(block_m=32, sub_lanes=8, block_k=16, num_warps=4),
-    KernelBlocks(block_m=64, sub_lanes=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
-    KernelBlocks(block_m=128, sub_lanes=4, block_k=32, num_warps=8, num_stages=2),
+    KernelBlocks(block_m=32, chunk=8, block_k=16, num_warps=4),
+    KernelBlocks(block_m=64, chunk=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
+    KernelBlocks(block_m=128, chunk=32, block_k=32, num_warps=8, num_stages=2),
 ], ids=["m32", "m64-persistent", "m128"])
 def test_every_block_shape_computes_the_same_function(device, blocks):
-    """Larger blocks, phase-1 tiles of fewer lanes, programs looping over blocks: the same function."""
+    """Larger blocks, narrower column sweeps, programs looping over blocks: the same function."""
     requests = [(0, 3, 40), (1, 0, 9), (2, 8, 1), (3, 1, 1), (4, 5, 70), (5, 0, 2)]
     check_against_torch(c2.Config.tiny(), requests, extra_slots=2, padding=7, seed=3, device=device,
                         blocks=blocks)

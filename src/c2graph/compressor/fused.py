@@ -44,8 +44,9 @@ class KernelBlocks:
 
     - ``block_m``: rows of the buffer per block; a block's ``block_m // 2`` pairs of rows are
       the *lanes* of its tiles (at least 16: ``tl.dot``'s smallest tile)
-    - ``sub_lanes``: lanes per phase-1 tile (each lane loads two rows of ``2 * D`` fp32)
-    - ``block_k``: latent columns per step of the index-key product (at most ``D``)
+    - ``chunk``: columns per step of the gate's sweep (pass A; at most ``D``)
+    - ``block_k``: latent columns per step of the normalising sweep and the index-key product
+      (pass B; at most ``D``)
     - ``num_warps``, ``num_stages``: Triton's launch options
     - ``programs_per_sm``: ``None`` gives every block its own program; a number launches at most
       that many programs per SM, each looping over blocks (a persistent grid)
@@ -54,7 +55,7 @@ class KernelBlocks:
     """
 
     block_m: int
-    sub_lanes: int
+    chunk: int
     block_k: int
     num_warps: int
     num_stages: int = 1
@@ -72,17 +73,15 @@ def block_lanes(block_m: int) -> int:
     return max(16, block_m // 2)
 
 
-SMALL_BLOCKS = KernelBlocks(block_m=16, sub_lanes=16, block_k=64, num_warps=4)
+SMALL_BLOCKS = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_SMALL_BUCKET = KernelBlocks(block_m=16, sub_lanes=16, block_k=128, num_warps=8)
-"""Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows:
-the most programs, each short (measured on an H200: ``benchmarks/NOTES.md``)."""
+WIDE_SMALL_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2)
+"""Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows
+(measured on an H200: ``benchmarks/NOTES.md``)."""
 
-WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, sub_lanes=8, block_k=64, num_warps=4, num_stages=3,
-                                 max_registers=168)
-"""Layers with ``D >= 256`` in larger buckets: three programs an SM at once, the index-key product's
-loads three steps ahead (measured on an H200)."""
+WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2)
+"""Layers with ``D >= 256`` in larger buckets (measured on an H200)."""
 
 SMALL_BUCKET_ROWS = 4096
 
@@ -192,9 +191,8 @@ def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
         kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
         D=D, I=index_dim, ROPE=2 * half, RING=ring_size,
         BLOCK_M=blocks.block_m, LANES=lanes, STRIDE=blocks.block_m // lanes,
-        SUB_LANES=min(blocks.sub_lanes, lanes), BLOCK_K=min(blocks.block_k, D),
-        NOPE_PAD=triton.next_power_of_2(max(16, index_dim - 2 * half)),  # tl.dot's tiles: >= 16
-        HALF_PAD=max(16, half), S_PAD=triton.next_power_of_2(max(request_slots, 1)),
+        CHUNK=min(blocks.chunk, D), BLOCK_K=min(blocks.block_k, D),
+        S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
     )

@@ -13,14 +13,19 @@ rows a pass, one a lane; a pass whose rows complete no group is skipped, so a bl
 request runs one pass, every lane busy. A block of 16 rows (``tl.dot``'s smallest tile) runs one
 pass over all its rows.
 
-A pass has two phases, with a barrier between them:
+A pass makes two sweeps over the columns of its lanes' groups, with a barrier between them:
 
-1. partners, gate, RMSNorm, RoPE: the latent of each lane's group, stored in ``latent`` (the
-   pre-RoPE latent) and, turned by RoPE, in the compressed KV cache at the group's c2 slot.
-   Lanes go ``SUB_LANES`` at a time: each loads two rows of ``2 * D`` fp32, which fill registers;
-2. the index key: ``latent @ wk.T`` over every lane of the pass (one read of ``wk`` a pass), then
-   RMSNorm and RoPE, stored in the index-K cache. The latent rows are read back from ``latent``,
-   where phase 1 just stored them (the barrier makes them visible).
+A. the gate, ``CHUNK`` columns at a time: each lane's two rows are read once, the pooled row
+   rounded to bf16 and stored in ``latent`` (not yet normalised: RMSNorm needs the sum of
+   squares of the whole row first), the sum of squares accumulated. Then the rope dims of the
+   KV cache: normalised and turned, from the input rows just read;
+B. ``BLOCK_K`` columns at a time: the gated row read back from ``latent`` (the barrier makes the
+   other threads' stores visible), normalised, stored over itself and in the KV cache, and
+   multiplied into the index key, ``latent @ wk.T`` (one read of ``wk`` a pass). Then the index
+   key's RMSNorm and RoPE, and its store.
+
+Each sweep holds one chunk of columns at a time, so a program needs few registers and many fit on
+an SM: while one waits for memory, the others compute.
 
 Then the program parks, in the ring, the last rows of the requests whose first row is in its
 block.
@@ -163,118 +168,91 @@ def rms_norm(x, inv_rms, weight_ptr, cols, valid):
 
 
 @triton.jit
-def rope(x_even, x_odd, group_pos, inv_freq_ptr, i, valid):
-    """Turn each pair ``(x_even[:, i], x_odd[:, i])`` by the angle ``group_pos * inv_freq[i]``, in fp32.
+def rope_angles(group_pos, inv_freq_ptr, pairs, first_rope_pair, ROPE: tl.constexpr):
+    """``cos`` and ``sin`` of the angle that turns each pair of dims: ``[N, P]`` fp32 each.
 
-    ``x_even``, ``x_odd``: ``[N, H]`` fp32, the even and odd dims of the last ``2H`` dims of a row;
-    ``group_pos``: ``[N]`` fp32. Returns the turned pair, rounded to bf16.
+    ``pairs``: ``[P]``, the index of each pair of dims ``(2p, 2p + 1)`` in its row; the rope dims
+    are the pairs from ``first_rope_pair`` on, and pair ``first_rope_pair + i`` turns by
+    ``group_pos * inv_freq[i]`` (``group_pos``: ``[N]`` fp32). Every other pair gets the angle 0:
+    ``cos = 1``, ``sin = 0``, which :func:`rope` leaves exactly as it is.
     """
-    angle = group_pos[:, None] * tl.load(inv_freq_ptr + i, mask=valid, other=0.0)[None, :]
-    c = cos(angle)
-    s = sin(angle)
-    return to_bf16(x_even * c - x_odd * s), to_bf16(x_even * s + x_odd * c)
+    i = pairs - first_rope_pair
+    turned = (i >= 0) & (i < ROPE // 2)
+    angle = group_pos[:, None] * tl.load(inv_freq_ptr + i, mask=turned, other=0.0)[None, :]
+    return cos(angle), sin(angle)
 
 
 @triton.jit
-def index_key(latent_ptr, wk_ptr, rows, group, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
-              BLOCK_K: tl.constexpr, NOPE_PAD: tl.constexpr, HALF_PAD: tl.constexpr):
-    """``k = latent @ wk.T`` for each lane's group, bf16 operands, fp32 sums, as three tiles.
+def rope(x, c, s):
+    """Turn each pair of dims of ``x`` (``[N, 2P]`` fp32: dims ``2p`` and ``2p + 1``) by the angle
+    whose cosine and sine are ``c[:, p]``, ``s[:, p]`` (``[N, P]``), in fp32; rounded to bf16.
 
-    The un-rotated dims ``[0, I - ROPE)`` (``[N, NOPE_PAD]``), and RoPE's even and odd dims
-    (``[N, HALF_PAD]`` each): a product per tile, with the rows of ``wk`` that give its dims (padding
-    dims, up to ``tl.dot``'s 16, get zero weights). The latent rows are read back from ``latent``,
-    ``BLOCK_K`` columns at a time; ``wk`` is read once for all the lanes.
+    The pairs are split out of the tile (``[N, P, 2]``, then the even and the odd dims) and joined
+    back: the tile never leaves the registers.
     """
-    jn = tl.arange(0, NOPE_PAD)
-    jh = tl.arange(0, HALF_PAD)
-    n_ok = (jn < I - ROPE)[None, :]
-    h_ok = (jh < ROPE // 2)[None, :]
-    acc_n = tl.full((rows.shape[0], NOPE_PAD), 0.0, tl.float32)
-    acc_e = tl.full((rows.shape[0], HALF_PAD), 0.0, tl.float32)
-    acc_o = tl.full((rows.shape[0], HALF_PAD), 0.0, tl.float32)
+    even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+    turned = tl.join(even * c - odd * s, even * s + odd * c)
+    return to_bf16(tl.reshape(turned, (x.shape[0], x.shape[1])))
+
+
+@triton.jit
+def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CHUNK: tl.constexpr):
+    """Pass A: each lane's group gated ``CHUNK`` columns at a time, rounded to bf16 and stored in
+    ``latent`` at the group row, not yet normalised; returns each lane's sum of squares ``[N]`` fp32.
+
+    Only ``CHUNK`` columns of the four input tiles (kv, score, and the partner's) are live at a
+    time: few registers a thread, so many programs fit on an SM and hide each other's loads.
+    """
+    m = group[:, None]
+    sum_sq = tl.full((rows.shape[0],), 0.0, tl.float32)
+    for c0 in range(0, D, CHUNK):
+        cols = c0 + tl.arange(0, CHUNK)
+        x = to_bf16(gate(cur, prev, group, cols, D))
+        tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=m)
+        x = x.to(tl.float32)
+        sum_sq += tl.sum(x * x, axis=1)
+    return sum_sq
+
+
+@triton.jit
+def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
+                         group_pos, inv_rms, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
+                         BLOCK_K: tl.constexpr):
+    """Pass B, ``BLOCK_K`` columns at a time: the gated row read back from ``latent``, normalised
+    (the pre-RoPE latent) and stored over itself; turned by RoPE (the rope dims; the others turn
+    by the angle 0) and stored in the KV cache at the c2 slot; and ``k = latent @ wk.T``, bf16
+    operands, fp32 sums: ``[N, I]``, returned. ``wk`` is read once for all lanes.
+
+    Each element of ``latent`` is read, then written, by the same lane: no lane overtakes another.
+    """
+    m = group[:, None]
+    j = tl.arange(0, I)
+    k = tl.full((rows.shape[0], I), 0.0, tl.float32)
     for k0 in range(0, D, BLOCK_K):
-        kk = (k0 + tl.arange(0, BLOCK_K))[:, None]
-        a = tl.load(latent_ptr + rows[:, None] * D + kk.T, mask=group[:, None], other=0.0)
-        # [BLOCK_K, dims] tiles of wk.T: column j of k is row j of wk
-        acc_n = dot(a, tl.load(wk_ptr + jn[None, :] * D + kk, mask=n_ok, other=0.0), acc_n)
-        acc_e = dot(a, tl.load(wk_ptr + (I - ROPE + 2 * jh)[None, :] * D + kk, mask=h_ok, other=0.0), acc_e)
-        acc_o = dot(a, tl.load(wk_ptr + (I - ROPE + 1 + 2 * jh)[None, :] * D + kk, mask=h_ok, other=0.0), acc_o)
-    return acc_n, acc_e, acc_o
-
-
-# --------------------------------------------------------------------------------------------
-# The two phases of a pass, and the park
-# --------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr, inv_freq_ptr,
-                        kv_cache_ptr, latent_ptr, rows, offsets_ptr, request_slots, num_rows, eps,
-                        D: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr, S_PAD: tl.constexpr):
-    """Phase 1 for a tile of lanes: the latent of each lane's group, in ``latent`` and the KV cache.
-
-    Partners, gate, RMSNorm: the pre-RoPE latent, stored in ``latent`` at the group row and, but
-    for its last ``ROPE`` dims, in the KV cache at the c2 slot ``raw_out_loc // 2``. RoPE turns
-    pairs of those last dims, so they are gated and normalised once more as two tiles, the even
-    dims and the odd dims (the same values: the rows were just read, the L1 holds them), turned,
-    and stored at the c2 slot.
-    """
-    group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-    cur, prev = partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots, num_rows,
-                         D, RING, S_PAD)
-    cols = tl.arange(0, D)
-    x = to_bf16(gate(cur, prev, group, cols, D)).to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)
-    latent = rms_norm(x, inv_rms, norm_w_ptr, cols, cols < D).to(tl.bfloat16)
-    i = tl.arange(0, ROPE // 2)
-    even = D - ROPE + 2 * i
-    rope_dims = i < ROPE // 2  # every one: the tiles are exactly the rope dims
-    x_even = to_bf16(gate(cur, prev, group, even, D)).to(tl.float32)
-    x_even = rms_norm(x_even, inv_rms, norm_w_ptr, even, rope_dims)
-    x_odd = to_bf16(gate(cur, prev, group, even + 1, D)).to(tl.float32)
-    x_odd = rms_norm(x_odd, inv_rms, norm_w_ptr, even + 1, rope_dims)
-    in_buffer = rows < num_rows
-    group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
-    turned_even, turned_odd = rope(x_even, x_odd, group_pos, inv_freq_ptr, i, rope_dims)
-    m = group[:, None]
-    tl.store(latent_ptr + rows[:, None] * D + cols[None, :], latent, mask=m)
-    cache_row = kv_cache_ptr + (tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2)[:, None] * D
-    tl.store(cache_row + cols[None, :], latent, mask=m & (cols < D - ROPE)[None, :])
-    tl.store(cache_row + even[None, :], turned_even, mask=m)
-    tl.store(cache_row + even[None, :] + 1, turned_odd, mask=m)
+        kk = k0 + tl.arange(0, BLOCK_K)
+        here = latent_ptr + rows[:, None] * D + kk[None, :]
+        x = tl.load(here, mask=m, other=0.0).to(tl.float32)
+        latent = rms_norm(x, inv_rms, norm_w_ptr, kk, kk < D)
+        a = latent.to(tl.bfloat16)
+        tl.store(here, a, mask=m)
+        c, s = rope_angles(group_pos, inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
+        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], rope(latent, c, s), mask=m)
+        # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
+        k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None]), k)
+    return k
 
 
 @triton.jit
-def index_key_and_cache(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, index_k_ptr,
-                        rows, offsets_ptr, request_slots, num_rows, eps, D: tl.constexpr, I: tl.constexpr,
-                        ROPE: tl.constexpr, BLOCK_K: tl.constexpr, NOPE_PAD: tl.constexpr,
-                        HALF_PAD: tl.constexpr, S_PAD: tl.constexpr):
-    """Phase 2 for every lane of the block: the index key, stored in the index-K cache.
-
-    ``latent @ wk.T`` (three tiles) rounded to bf16, RMSNorm with ``k_norm_w`` over all three,
-    RoPE on the even and odd tiles, stored at the c2 slot. Lanes without a group store nothing.
-    """
-    group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-    k_n, k_e, k_o = index_key(latent_ptr, wk_ptr, rows, group, D, I, ROPE, BLOCK_K, NOPE_PAD, HALF_PAD)
-    k_n = to_bf16(k_n).to(tl.float32)
-    k_e = to_bf16(k_e).to(tl.float32)
-    k_o = to_bf16(k_o).to(tl.float32)
-    sum_sq = tl.sum(k_n * k_n, axis=1) + tl.sum(k_e * k_e, axis=1) + tl.sum(k_o * k_o, axis=1)  # padding: zeros
-    inv_rms = tl.rsqrt(sum_sq / I + eps)
-    jn = tl.arange(0, NOPE_PAD)
-    i = tl.arange(0, HALF_PAD)
-    even = I - ROPE + 2 * i
-    in_buffer = rows < num_rows
-    group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
-    turned_e, turned_o = rope(rms_norm(k_e, inv_rms, k_norm_w_ptr, even, i < ROPE // 2),
-                              rms_norm(k_o, inv_rms, k_norm_w_ptr, even + 1, i < ROPE // 2),
-                              group_pos, inv_freq_ptr, i, i < ROPE // 2)
-    key_row = index_k_ptr + (tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2)[:, None] * I
-    m = group[:, None]
-    tl.store(key_row + jn[None, :], rms_norm(k_n, inv_rms, k_norm_w_ptr, jn, jn < I - ROPE),
-             mask=m & (jn < I - ROPE)[None, :])
-    tl.store(key_row + even[None, :], turned_e, mask=m & (i < ROPE // 2)[None, :])
-    tl.store(key_row + even[None, :] + 1, turned_o, mask=m & (i < ROPE // 2)[None, :])
+def index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps,
+                       I: tl.constexpr, ROPE: tl.constexpr):
+    """The index key ``k`` (``[N, I]`` fp32) rounded to bf16, RMSNorm with ``k_norm_w``, RoPE on
+    its last ``ROPE`` dims, stored in the index-K cache at the c2 slot."""
+    k = to_bf16(k).to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(k * k, axis=1) / I + eps)
+    j = tl.arange(0, I)
+    c, s = rope_angles(group_pos, inv_freq_ptr, tl.arange(0, I // 2), (I - ROPE) // 2, ROPE)
+    key = rope(rms_norm(k, inv_rms, k_norm_w_ptr, j, j < I), c, s)
+    tl.store(index_k_ptr + cache_slot[:, None] * I + j[None, :], key, mask=group[:, None])
 
 
 @triton.jit
@@ -324,9 +302,9 @@ def fused_compress_kernel(
     latent_ptr,  # [T, D] bf16: the pre-RoPE latents
     num_rows, request_slots, num_blocks, eps,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
-    BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, SUB_LANES: tl.constexpr,
+    BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    NOPE_PAD: tl.constexpr, HALF_PAD: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
+    S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
 ):
     # The grid depends only on static sizes (the buffer's blocks, the SMs): the extend offsets,
     # read here from a tensor, decide which lanes do any work. A graph can capture this launch.
@@ -342,18 +320,21 @@ def fused_compress_kernel(
             first_pass = 1 - tl.max((completes & (block_rows % 2 == 0)).to(tl.int32), axis=0)
             end_pass = 1 + tl.max((completes & (block_rows % 2 == 1)).to(tl.int32), axis=0)
         for parity in range(first_pass, end_pass):
-            # Phase 1, SUB_LANES lanes at a time (each lane loads two rows of 2D fp32).
-            for lane0 in range(0, LANES, SUB_LANES):
-                sub_rows = lane_rows(block_lo, lane0 + tl.arange(0, SUB_LANES), parity, STRIDE)
-                latent_and_kv_cache(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr,
-                                    inv_freq_ptr, kv_cache_ptr, latent_ptr, sub_rows, offsets_ptr,
-                                    request_slots, num_rows, eps, D, ROPE, RING, S_PAD)
-            # Phase 2 reads the latent rows other threads stored; the barrier makes them visible.
-            tl.debug_barrier()
             rows = lane_rows(block_lo, tl.arange(0, LANES), parity, STRIDE)
-            index_key_and_cache(latent_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, pos_ptr, raw_ptr, index_k_ptr,
-                                rows, offsets_ptr, request_slots, num_rows, eps, D, I, ROPE, BLOCK_K, NOPE_PAD,
-                                HALF_PAD, S_PAD)
+            group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
+            cur, prev = partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots,
+                                 num_rows, D, RING, S_PAD)
+            in_buffer = rows < num_rows
+            cache_slot = tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2  # the group's c2 slot
+            group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
+            # Pass A: gate, and the sum of squares the RMSNorm needs before it can scale any column.
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK)
+            inv_rms = tl.rsqrt(sum_sq / D + eps)
+            # Pass B reads the gated rows other threads stored; the barrier makes them visible.
+            tl.debug_barrier()
+            k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
+                                     cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
+            index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps, I, ROPE)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block_lo,
                      num_rows, D, RING, RING_PAD, BLOCK_M, S_PAD)
 
@@ -380,10 +361,11 @@ STAGES: tuple[Stage, ...] = (
     Stage("partners", partners, (torch_path.pair_partners,)),
     Stage("gate", gate, (torch_path.gate,)),
     Stage("RMSNorm", rms_norm, (torch_path.finish, torch_path.rms_norm)),
+    Stage("RoPE angles", rope_angles, (torch_path.rope,)),
     Stage("RoPE", rope, (torch_path.rope,)),
-    Stage("phase 1: the latent", latent_and_kv_cache, (torch_path.compress_torch,)),
-    Stage("index key", index_key, (torch_path.index_key,)),
-    Stage("phase 2: index key and RoPE", index_key_and_cache, (torch_path.index_key,)),
+    Stage("pass A: gate and sum of squares", gate_and_sum_squares, (torch_path.gate,)),
+    Stage("pass B: latent, KV cache, index key", latent_and_index_key, (torch_path.finish, torch_path.index_key)),
+    Stage("index key to its cache", index_key_to_cache, (torch_path.index_key,)),
     Stage("park", park_in_ring, (torch_path.park_mask, torch_path.park)),
     Stage("one program", fused_compress_kernel, (torch_path.compress_torch,)),
 )
