@@ -176,6 +176,31 @@ def test_dsv41_matches_torch(device, bucket):
                         blocks=kernel_blocks(cfg.D, bucket))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_dsv41_small_and_large_bucket_blocks_agree_bitwise(device):
+    """The two buckets' blocks cut the rows differently but give each group the same arithmetic:
+    a batch compressed with either writes the same bits (a request gives the same caches whichever
+    bucket its chunk lands in)."""
+    cfg = c2.Config.dsv41()
+    layer, alloc, pools = make_case(cfg, seed=6, device=device)
+    run_previous_chunk(layer, alloc, pools, [(0, 3, 40), (1, 0, 17), (2, 1, 2)], 3, 7, device)
+    batch = build([(0, 3, 40), (1, 0, 17), (2, 1, 2)], alloc, device, extra_slots=1, padding=5)
+    projected = random_projected(layer, batch.num_rows, 8)
+    runs = []
+    for bucket in (SMALL_BUCKET_ROWS, 4 * SMALL_BUCKET_ROWS):
+        got_pools = pools.clone()
+        latent = run_fused(layer, projected, batch, got_pools, poisoned_latents(batch, cfg, device),
+                           kernel_blocks(cfg.D, bucket))
+        runs.append((latent, got_pools))
+    (small, small_pools), (large, large_pools) = runs
+    assert kernel_blocks(cfg.D, SMALL_BUCKET_ROWS) != kernel_blocks(cfg.D, 4 * SMALL_BUCKET_ROWS)
+    assert torch.equal(small.view(torch.int16), large.view(torch.int16))
+    for name in ("kv_cache", "index_k", "ring"):
+        a, b = getattr(small_pools, name), getattr(large_pools, name)
+        assert torch.equal(a.view(torch.int16) if a.dtype == torch.bfloat16 else a, b.view(torch.int16)
+                           if b.dtype == torch.bfloat16 else b), name
+
+
 # ------------------------------------------------------------------------------------------------
 # bad input raises before the launch, and writes nothing
 # ------------------------------------------------------------------------------------------------

@@ -76,12 +76,15 @@ def block_lanes(block_m: int) -> int:
 SMALL_BLOCKS = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_SMALL_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2)
-"""Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows
-(measured on an H200: ``benchmarks/NOTES.md``)."""
+WIDE_SMALL_BUCKET = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96)
+"""Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows: the
+most programs, each short; five fit on an SM at 96 registers (measured on an H200:
+``benchmarks/NOTES.md``)."""
 
-WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2)
-"""Layers with ``D >= 256`` in larger buckets (measured on an H200)."""
+WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96)
+"""Layers with ``D >= 256`` in larger buckets: a lane for every group row (a pass per row parity).
+The same tiles, warps and column sweeps as :data:`WIDE_SMALL_BUCKET`, so each group's arithmetic,
+and every bit of its results, is the same in every bucket."""
 
 SMALL_BUCKET_ROWS = 4096
 

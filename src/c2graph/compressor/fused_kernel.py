@@ -219,8 +219,8 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
                          group_pos, inv_rms, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
                          BLOCK_K: tl.constexpr):
     """Pass B, ``BLOCK_K`` columns at a time: the gated row read back from ``latent``, normalised
-    (the pre-RoPE latent) and stored over itself; turned by RoPE (the rope dims; the others turn
-    by the angle 0) and stored in the KV cache at the c2 slot; and ``k = latent @ wk.T``, bf16
+    (the pre-RoPE latent) and stored over itself; turned by RoPE where the chunk holds rope dims
+    (the other dims of such a chunk turn by the angle 0) and stored in the KV cache at the c2 slot; and ``k = latent @ wk.T``, bf16
     operands, fp32 sums: ``[N, I]``, returned. ``wk`` is read once for all lanes.
 
     Each element of ``latent`` is read, then written, by the same lane: no lane overtakes another.
@@ -235,8 +235,11 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
         latent = rms_norm(x, inv_rms, norm_w_ptr, kk, kk < D)
         a = latent.to(tl.bfloat16)
         tl.store(here, a, mask=m)
-        c, s = rope_angles(group_pos, inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
-        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], rope(latent, c, s), mask=m)
+        cached = a
+        if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
+            c, s = rope_angles(group_pos, inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
+            cached = rope(latent, c, s)
+        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], cached, mask=m)
         # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
         k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None]), k)
     return k
@@ -262,7 +265,7 @@ def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr
     """Park each request's last ``min(count, RING)`` rows at ring row ``req * RING + pos % RING``.
 
     A block parks the requests whose FIRST row is in it. Only a request's first row reads that
-    request's ring rows, and this program read them in phase 1, before the barrier: no program
+    request's ring rows, and this program read them in pass A, before the barrier: no program
     can race with these writes. Starts never decrease, so those requests are the request slots
     ``[lo, hi)``: a loop with run-time bounds.
     """
