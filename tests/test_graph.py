@@ -358,24 +358,3 @@ def test_capture_without_records_has_no_audit(backend):
     before = x.clone()
     g.replay()
     assert torch.equal(x, before + 1)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph of compiled code needs CUDA")
-def test_compiled_code_is_captured_only_without_records():
-    """The op records' dispatch mode makes a compiled function run eagerly: the benchmark captures
-    compiled code with ``record=False``, and this is why."""
-    runs = []
-
-    def counting_backend(gm, example_inputs):
-        def run(*args):
-            runs.append(1)
-            return gm(*args)
-        return run
-
-    f = torch.compile(lambda x: x.sin_().add_(1.0), backend=counting_backend)
-    x = torch.randn(64, device="cuda")
-    f(x)
-    for record, expected in ((True, 0), (False, 1)):
-        runs.clear()
-        Graph("cuda").capture_fn(lambda: f(x), warmup_iters=0, record=record)
-        assert len(runs) == expected, f"record={record}: the compiled code ran {len(runs)} times in the capture"
