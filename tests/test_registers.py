@@ -1,0 +1,27 @@
+"""``benchmarks/registers.py`` compiles the fused kernel for sm_90 without a GPU and reads its registers."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="a CPU tool: on a CUDA host benchmarks/sweep.py reads the registers of the launched kernel")
+def test_registers_tool_reads_the_register_cap():
+    env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "registers.py"), "m16.c64.k64.w4.st2.r96"],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = re.search(r"registers\s+(\d+)\s+stack\s+(\d+) bytes", out.stdout)
+    assert found, out.stdout
+    assert 32 <= int(found.group(1)) <= 96  # the cap holds; a kernel this size needs more than a few
