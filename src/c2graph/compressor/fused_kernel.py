@@ -220,8 +220,9 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
                          BLOCK_K: tl.constexpr):
     """Pass B, ``BLOCK_K`` columns at a time: the gated row read back from ``latent``, normalised
     (the pre-RoPE latent) and stored over itself; turned by RoPE where the chunk holds rope dims
-    (the other dims of such a chunk turn by the angle 0) and stored in the KV cache at the c2 slot; and ``k = latent @ wk.T``, bf16
-    operands, fp32 sums: ``[N, I]``, returned. ``wk`` is read once for all lanes.
+    (the chunk's other dims turn by the angle 0) and stored in the KV cache at the c2 slot; and
+    ``k = latent @ wk.T``, bf16 operands, fp32 sums: ``[N, I]``, returned. ``wk`` is read once for
+    all lanes.
 
     Each element of ``latent`` is read, then written, by the same lane: no lane overtakes another.
     """
@@ -235,11 +236,11 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
         latent = rms_norm(x, inv_rms, norm_w_ptr, kk, kk < D)
         a = latent.to(tl.bfloat16)
         tl.store(here, a, mask=m)
-        cached = a
+        to_cache = a
         if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
             c, s = rope_angles(group_pos, inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
-            cached = rope(latent, c, s)
-        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], cached, mask=m)
+            to_cache = rope(latent, c, s)
+        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m)
         # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
         k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None]), k)
     return k
