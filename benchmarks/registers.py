@@ -44,20 +44,15 @@ SCALARS = {"num_rows": "i32", "request_slots": "i32", "num_blocks": "i32", "eps"
 
 
 def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config, request_slots: int = 16):
-    """The kernel with ``blocks`` for a ``cfg`` layer, compiled for sm_90 (Triton's CompiledKernel)."""
-    lanes = blocks.lanes
-    const = dict(D=cfg.D, I=cfg.index_dim, ROPE=cfg.rope_dim, RING=cfg.ring_size, BLOCK_M=blocks.block_m,
-                 LANES=lanes, STRIDE=blocks.block_m // lanes, CHUNK=min(blocks.chunk, cfg.D),
-                 BLOCK_K=min(blocks.block_k, cfg.D), S_PAD=triton.next_power_of_2(request_slots),
-                 RING_PAD=triton.next_power_of_2(cfg.ring_size))
+    """The kernel with ``blocks`` for a ``cfg`` layer, compiled for sm_90 (Triton's CompiledKernel),
+    with the constants and options a launch would give it (``fused.kernel_constants``)."""
+    const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, request_slots, blocks)
+    options = {name: const.pop(name) for name in ("num_warps", "num_stages", "maxnreg") if name in const}
     names = list(inspect.signature(fused_compress_kernel.fn).parameters)
     signature = {**POINTERS, **SCALARS, **{name: "constexpr" for name in const}}
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS}
     source = ASTSource(fused_compress_kernel, signature, constexprs={(names.index(n),): v for n, v in const.items()},
                        attrs=aligned)
-    options = {"num_warps": blocks.num_warps, "num_stages": blocks.num_stages}
-    if blocks.max_registers is not None:
-        options["maxnreg"] = blocks.max_registers
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 

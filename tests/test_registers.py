@@ -14,6 +14,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Not a hidden failure: on a CUDA host the same registers come from the launched kernel (sweep.py
+# reports Triton's n_regs), and the GPU host's Triton need not take this CPU compile path.
 @pytest.mark.skipif(torch.cuda.is_available(),
                     reason="a CPU tool: on a CUDA host benchmarks/sweep.py reads the registers of the launched kernel")
 def test_registers_tool_reads_the_register_cap():

@@ -176,28 +176,38 @@ def grid_size(num_blocks: int, blocks: KernelBlocks, device: torch.device) -> in
     return min(num_blocks, blocks.programs_per_sm * sm_count(device))
 
 
-def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-                 kv_cache, index_k, latent_out, eps, ring_size, grid_rows, blocks: KernelBlocks | None = None):
-    """Launch the kernel once on tensors :func:`check_launch` accepted; ``blocks`` defaults to
-    :func:`kernel_blocks` for ``grid_rows``. Returns Triton's compiled kernel (``n_regs``,
-    ``n_spills``), or ``None`` where there is none (no block to run, or the interpreter)."""
-    D, index_dim, half = norm_w.shape[0], wk.shape[0], inv_freq.shape[0]
-    request_slots = extend_offsets.shape[1]
-    blocks = blocks or kernel_blocks(D, grid_rows)
-    num_blocks = triton.cdiv(grid_rows, blocks.block_m)  # from a size, never from the batch's requests
-    if num_blocks == 0:
-        return None
+def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, request_slots: int,
+                     blocks: KernelBlocks) -> dict:
+    """The kernel's compile-time constants (``tl.constexpr`` arguments) and Triton's launch options
+    (``num_warps``, ``num_stages``, ``maxnreg``) for a layer's sizes and ``blocks``: one dict, as a
+    launch takes them by keyword."""
     lanes = blocks.lanes
     options = {} if blocks.max_registers is None else {"maxnreg": blocks.max_registers}
-    compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
-        projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-        kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
-        D=D, I=index_dim, ROPE=2 * half, RING=ring_size,
+    return dict(
+        D=D, I=index_dim, ROPE=rope_dim, RING=ring_size,
         BLOCK_M=blocks.block_m, LANES=lanes, STRIDE=blocks.block_m // lanes,
         CHUNK=min(blocks.chunk, D), BLOCK_K=min(blocks.block_k, D),
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
+    )
+
+
+def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
+                 kv_cache, index_k, latent_out, eps, ring_size, grid_rows, blocks: KernelBlocks | None = None):
+    """Launch the kernel once on tensors :func:`check_launch` accepted; ``blocks`` defaults to
+    :func:`kernel_blocks` for ``grid_rows``. Returns Triton's compiled kernel (``n_regs``,
+    ``n_spills``), or ``None`` where there is none (no block to run, or the interpreter)."""
+    D, index_dim, rope_dim = norm_w.shape[0], wk.shape[0], 2 * inv_freq.shape[0]
+    request_slots = extend_offsets.shape[1]
+    blocks = blocks or kernel_blocks(D, grid_rows)
+    num_blocks = triton.cdiv(grid_rows, blocks.block_m)  # from a size, never from the batch's requests
+    if num_blocks == 0:
+        return None
+    compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
+        projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
+        kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
+        **kernel_constants(D, index_dim, rope_dim, ring_size, request_slots, blocks),
     )
     return None if INTERPRET else compiled
 

@@ -17,12 +17,11 @@ A pass makes two sweeps over the columns of its lanes' groups, with a barrier be
 
 A. the gate, ``CHUNK`` columns at a time: each lane's two rows are read once, the pooled row
    rounded to bf16 and stored in ``latent`` (not yet normalised: RMSNorm needs the sum of
-   squares of the whole row first), the sum of squares accumulated. Then the rope dims of the
-   KV cache: normalised and turned, from the input rows just read;
+   squares of the whole row first), the sum of squares accumulated;
 B. ``BLOCK_K`` columns at a time: the gated row read back from ``latent`` (the barrier makes the
-   other threads' stores visible), normalised, stored over itself and in the KV cache, and
-   multiplied into the index key, ``latent @ wk.T`` (one read of ``wk`` a pass). Then the index
-   key's RMSNorm and RoPE, and its store.
+   other threads' stores visible), normalised, stored over itself and, turned by RoPE where the
+   chunk holds rope dims, in the KV cache, and multiplied into the index key, ``latent @ wk.T``
+   (one read of ``wk`` a pass). Then the index key's RMSNorm and RoPE, and its store.
 
 Each sweep holds one chunk of columns at a time, so a program needs few registers and many fit on
 an SM: while one waits for memory, the others compute.

@@ -111,7 +111,7 @@ class Graph:
         issued inside is also recorded for :meth:`audit`; ``labels`` names tensors (``{"pos":
         static_pos, ...}``) so the audit can say which buffer an argument lies in.
 
-        ``record=False`` records no ops (no :meth:`audit`, no :meth:`records`): the op records come
+        ``record=False`` records no ops (no :meth:`audit`): the op records come
         from a torch dispatch mode, and while one is active a ``torch.compile``'d function does not
         run its compiled code but its ops one by one, eagerly. Capture compiled code with it off.
         """
