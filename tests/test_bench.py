@@ -213,6 +213,24 @@ def test_median_us_takes_the_calls_in_turn():
         median_us(calls, reps=0, device=torch.device("cpu"))
 
 
+def test_median_us_host_ahead_takes_the_calls_in_turn_on_a_cpu_too():
+    seen = []
+    calls = [lambda i=i: seen.append(i) for i in range(2)]
+    assert median_us(calls, reps=5, device=torch.device("cpu"), warmup=1, host_ahead=True) > 0
+    assert seen == [0, 1] + [i % 2 for i in range(5)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the sleep kernel that holds the GPU needs CUDA")
+def test_median_us_host_ahead_runs_every_call_behind_the_sleep():
+    from c2graph.measure.timing import gpu_cycles_per_us
+
+    assert gpu_cycles_per_us(torch.device("cuda")) > 100  # an H200 runs at 1-2 GHz
+    x = torch.zeros(3, device="cuda")
+    calls = [lambda i=i: x[i].add_(1.0) for i in range(3)]
+    assert median_us(calls, reps=9, device=torch.device("cuda"), warmup=1, host_ahead=True) > 0
+    assert x.tolist() == [4.0, 4.0, 4.0]  # one warm-up and three timed calls each
+
+
 def test_fp32_torch_path_agrees_with_the_torch_path():
     layer, alloc, pools = make_case(use_fused_gate=False)
     first = c2.ExtendBatch.build([(0, 0, 5), (3, 0, 4)], alloc, request_slots=4)

@@ -52,6 +52,9 @@ class KernelBlocks:
       that many programs per SM, each looping over blocks (a persistent grid)
     - ``max_registers``: a cap on registers per thread (``None``: the compiler's choice), so that
       several programs fit on one SM at once
+    - ``gate_stages``: pass A's software pipeline (``tl.range(..., num_stages=gate_stages)``): its
+      loads run ``gate_stages - 1`` chunks ahead of its math (1: none). Changes no arithmetic,
+      only when the loads are issued
     """
 
     block_m: int
@@ -61,6 +64,7 @@ class KernelBlocks:
     num_stages: int = 1
     programs_per_sm: int | None = None
     max_registers: int | None = None
+    gate_stages: int = 1
 
     @property
     def lanes(self) -> int:
@@ -76,12 +80,14 @@ def block_lanes(block_m: int) -> int:
 SMALL_BLOCKS = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_SMALL_BUCKET = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96)
+WIDE_SMALL_BUCKET = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96,
+                                 gate_stages=3)
 """Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows: the
-most programs, each short; five fit on an SM at 96 registers (measured on an H200:
-``benchmarks/NOTES.md``)."""
+most programs, each short; five fit on an SM at 96 registers, and pass A's loads run two chunks
+ahead of its math (measured on an H200: ``benchmarks/NOTES.md``)."""
 
-WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96)
+WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96,
+                                 gate_stages=3)
 """Layers with ``D >= 256`` in larger buckets: a lane for every group row (a pass per row parity).
 The same tiles, warps and column sweeps as :data:`WIDE_SMALL_BUCKET`, so each group's arithmetic,
 and every bit of its results, is the same in every bucket."""
@@ -186,7 +192,7 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
     return dict(
         D=D, I=index_dim, ROPE=rope_dim, RING=ring_size,
         BLOCK_M=blocks.block_m, LANES=lanes, STRIDE=blocks.block_m // lanes,
-        CHUNK=min(blocks.chunk, D), BLOCK_K=min(blocks.block_k, D),
+        CHUNK=min(blocks.chunk, D), BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,

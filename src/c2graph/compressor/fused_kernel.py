@@ -195,16 +195,20 @@ def rope(x, c, s):
 
 
 @triton.jit
-def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CHUNK: tl.constexpr):
+def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CHUNK: tl.constexpr,
+                         GATE_STAGES: tl.constexpr):
     """Pass A: each lane's group gated ``CHUNK`` columns at a time, rounded to bf16 and stored in
     ``latent`` at the group row, not yet normalised; returns each lane's sum of squares ``[N]`` fp32.
 
     Only ``CHUNK`` columns of the four input tiles (kv, score, and the partner's) are live at a
     time: few registers a thread, so many programs fit on an SM and hide each other's loads.
+    ``GATE_STAGES`` pipelines the sweep: the loads of the next ``GATE_STAGES - 1`` chunks are on
+    their way (into shared memory) while this chunk's math runs; under the interpreter it is a
+    plain loop.
     """
     m = group[:, None]
     sum_sq = tl.full((rows.shape[0],), 0.0, tl.float32)
-    for c0 in range(0, D, CHUNK):
+    for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
         cols = c0 + tl.arange(0, CHUNK)
         x = to_bf16(gate(cur, prev, group, cols, D))
         tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=m)
@@ -306,7 +310,7 @@ def fused_compress_kernel(
     num_rows, request_slots, num_blocks, eps,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr,
     S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
 ):
     # The grid depends only on static sizes (the buffer's blocks, the SMs): the extend offsets,
@@ -331,7 +335,7 @@ def fused_compress_kernel(
             cache_slot = tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2  # the group's c2 slot
             group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
             # Pass A: gate, and the sum of squares the RMSNorm needs before it can scale any column.
-            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK)
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, GATE_STAGES)
             inv_rms = tl.rsqrt(sum_sq / D + eps)
             # Pass B reads the gated rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()
