@@ -27,3 +27,16 @@ def test_registers_tool_reads_the_register_cap():
     found = re.search(r"registers\s+(\d+)\s+stack\s+(\d+) bytes", out.stdout)
     assert found, out.stdout
     assert 32 <= int(found.group(1)) <= 96  # the cap holds; a kernel this size needs more than a few
+
+
+# Not a hidden failure: on a CUDA host, timeline.py runs its kernel for real (a GPU's timer).
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="a CPU check: on a CUDA host benchmarks/timeline.py launches the kernel it compiles")
+def test_timeline_tool_compiles_its_stamped_kernel_for_sm90():
+    env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timeline.py"), "--compile-only",
+                          "--variants", "m16.c64.k64.w4.st2.r96.a3"],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "compiled m16.c64.k64.w4.st2.r96.a3 for sm_90" in out.stdout

@@ -1,0 +1,175 @@
+"""Where one program of the fused kernel spends its time: a timestamp at each step, per program.
+
+A copy of :func:`c2graph.compressor.fused_kernel.fused_compress_kernel`'s body (the same stage
+functions, called in the same order) stores the GPU's ``%globaltimer`` (nanoseconds) after each
+step of every program: its rows, flags and partners; pass A; pass B; the index key; the park.
+Each stamp is an inline-asm instruction that takes the step's result as an input, so the compiler
+cannot move it before the step's loads have arrived. On a CUDA machine, from the repository root::
+
+    PYTHONPATH=src python3 benchmarks/timeline.py --rows 2048,16384 --variants m16.c64.k64.w4.st2.r96.a3
+
+prints, per row count and variant, the median and the largest time of each step over the programs,
+and when the last program started (a second wave of programs starts late). Variants are spelled as
+in ``benchmarks/sweep.py``. A block that runs two passes (a 32-row block across two requests of
+different parities) stamps its second pass over its first: its first step then includes the first
+pass. ``--compile-only`` compiles the timed kernel for sm_90 on any machine (no GPU), as a check.
+The measured tables are in ``benchmarks/NOTES.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import triton  # before c2graph: compiled, not interpreted
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from c2graph.compressor import fused  # noqa: E402
+from c2graph.compressor.config import Config  # noqa: E402
+from c2graph.compressor.fused_kernel import (gate_and_sum_squares, group_rows, index_key_to_cache,  # noqa: E402
+                                             lane_rows, latent_and_index_key, park_in_ring, partners)
+from sweep import parse_variant  # noqa: E402
+
+STEPS = ("rows, flags, partners", "pass A", "pass B", "index key", "park")
+
+
+@triton.jit
+def stamp(after):
+    """``%globaltimer`` (ns), read once ``after`` (an int32 computed from a step's result) is ready."""
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [after], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def timed_kernel(
+    projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr,
+    inv_freq_ptr, kv_cache_ptr, index_k_ptr, latent_ptr, num_rows, request_slots, num_blocks, eps, ts_ptr,
+    D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
+    BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, CHUNK: tl.constexpr,
+    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
+):
+    """The fused kernel, stamped: ``ts[pid] = [start, rows, pass A, pass B, index key, end]``."""
+    pid = tl.program_id(0)
+    t = ts_ptr + pid * 6
+    tl.store(t, stamp(pid))
+    for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
+        block_lo = block * BLOCK_M
+        first_pass, end_pass = 0, 1
+        if STRIDE == 2:
+            block_rows = block_lo + tl.arange(0, BLOCK_M)
+            completes = group_rows(block_rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
+            first_pass = 1 - tl.max((completes & (block_rows % 2 == 0)).to(tl.int32), axis=0)
+            end_pass = 1 + tl.max((completes & (block_rows % 2 == 1)).to(tl.int32), axis=0)
+        for parity in range(first_pass, end_pass):
+            rows = lane_rows(block_lo, tl.arange(0, LANES), parity, STRIDE)
+            group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
+            cur, prev = partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots,
+                                 num_rows, D, RING, S_PAD)
+            in_buffer = rows < num_rows
+            cache_slot = tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2
+            group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
+            tl.store(t + 1, stamp(tl.sum(group.to(tl.int32)) + tl.sum(cache_slot.to(tl.int32))))
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, GATE_STAGES)
+            inv_rms = tl.rsqrt(sum_sq / D + eps)
+            tl.store(t + 2, stamp((tl.sum(inv_rms) > -1.0).to(tl.int32)))
+            tl.debug_barrier()
+            k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
+                                     cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
+            tl.store(t + 3, stamp((tl.sum(k) > -1.0).to(tl.int32)))
+            index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps, I, ROPE)
+            tl.store(t + 4, stamp(pid))
+        park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block_lo,
+                     num_rows, D, RING, RING_PAD, BLOCK_M, S_PAD)
+    tl.store(t + 5, stamp(pid))
+
+
+def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config, request_slots: int = 16):
+    """The timed kernel compiled for sm_90 without a GPU (as ``registers.py`` compiles the real one)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from registers import POINTERS, SCALARS
+
+    const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, request_slots, blocks)
+    options = {name: const.pop(name) for name in ("num_warps", "num_stages", "maxnreg") if name in const}
+    names = list(inspect.signature(timed_kernel.fn).parameters)
+    signature = {**POINTERS, **SCALARS, "ts_ptr": "*i64", **{name: "constexpr" for name in const}}
+    source = ASTSource(timed_kernel, signature, constexprs={(names.index(n),): v for n, v in const.items()},
+                       attrs={(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS})
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def timeline(rows: int, spec: str, runs: int = 6):
+    """``[programs, 6]`` int64 stamps of the last of ``runs`` launches (each on other inputs, after
+    a sleep kernel that lets the host queue the launch) of the variant ``spec`` at ``rows`` rows."""
+    import torch
+
+    from sweep import Case
+
+    case = Case(rows)
+    cfg, b, layer = case.cfg, case.batch, case.layer
+    blocks = parse_variant(spec) or fused.kernel_blocks(cfg.D, rows)
+    const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, b.extend_offsets.shape[1],
+                                   blocks)
+    programs = triton.cdiv(rows, blocks.block_m)
+    ts = torch.zeros(programs, 6, dtype=torch.int64, device="cuda")
+    for i in range(runs):
+        pools, latent = case.fresh()
+        torch.cuda._sleep(20_000_000)
+        timed_kernel[(programs,)](
+            case.buffers[i % len(case.buffers)], pools.ring, b.pos, b.req, b.raw_out_loc, b.extend_offsets,
+            layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
+            rows, b.extend_offsets.shape[1], programs, cfg.eps, ts, **const)
+        torch.cuda.synchronize()
+    return ts.cpu()
+
+
+def summary(ts) -> dict:
+    """Median and largest µs of each step over the programs, the last program's start and the span."""
+    t = ts.double() / 1e3
+    start = t[:, 0] - t[:, 0].min()
+    steps = {name: (t[:, i + 1] - t[:, i]).tolist() for i, name in enumerate(STEPS)}
+    steps["one program"] = (t[:, 5] - t[:, 0]).tolist()
+    return {"span_us": float((t[:, 5] - t[:, 0].min()).max()), "last_start_us": float(start.max()),
+            **{name: (statistics.median(v), max(v)) for name, v in steps.items()}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="2048,16384")
+    parser.add_argument("--variants", default="default")
+    parser.add_argument("--out", help="a JSON file for the summaries")
+    parser.add_argument("--compile-only", action="store_true", help="compile for sm_90 and stop (no GPU needed)")
+    args = parser.parse_args(argv)
+    specs = args.variants.split(",")
+    if args.compile_only:
+        for spec in specs:
+            compile_for_sm90(parse_variant(spec) or fused.kernel_blocks(Config.dsv41().D, 65536), Config.dsv41())
+            print(f"compiled {spec} for sm_90")
+        return 0
+    import torch
+
+    if not torch.cuda.is_available():
+        print("timeline.py reads the GPU's timer; this machine has no GPU (try --compile-only).", file=sys.stderr)
+        return 2
+    found = {}
+    for rows in map(int, args.rows.split(",")):
+        for spec in specs:
+            s = found[f"{rows}:{spec}"] = summary(timeline(rows, spec))
+            steps = " | ".join(f"{name} {s[name][0]:.2f}/{s[name][1]:.2f}" for name in (*STEPS, "one program"))
+            print(f"{rows:>6} {spec:<28} span {s['span_us']:.2f} µs, last start {s['last_start_us']:.2f} | "
+                  f"median/max µs: {steps}", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(found, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
