@@ -43,15 +43,18 @@ POINTERS = {"projected_ptr": "*fp32", "ring_ptr": "*fp32", "pos_ptr": "*i64", "r
 SCALARS = {"num_rows": "i32", "request_slots": "i32", "num_blocks": "i32", "eps": "fp32"}
 
 
-def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config, request_slots: int = 16):
+def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config, request_slots: int = 16,
+                     kernel=fused_compress_kernel, extra: dict | None = None):
     """The kernel with ``blocks`` for a ``cfg`` layer, compiled for sm_90 (Triton's CompiledKernel),
-    with the constants and options a launch would give it (``fused.kernel_constants``)."""
+    with the constants and options a launch would give it (``fused.kernel_constants``).
+    ``kernel``: the fused kernel, or a copy of it that takes ``extra`` arguments too (``{name:
+    Triton type}``, after the fused kernel's scalars)."""
     const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, request_slots, blocks)
     options = {name: const.pop(name) for name in ("num_warps", "num_stages", "maxnreg") if name in const}
-    names = list(inspect.signature(fused_compress_kernel.fn).parameters)
-    signature = {**POINTERS, **SCALARS, **{name: "constexpr" for name in const}}
+    names = list(inspect.signature(kernel.fn).parameters)
+    signature = {**POINTERS, **SCALARS, **(extra or {}), **{name: "constexpr" for name in const}}
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS}
-    source = ASTSource(fused_compress_kernel, signature, constexprs={(names.index(n),): v for n, v in const.items()},
+    source = ASTSource(kernel, signature, constexprs={(names.index(n),): v for n, v in const.items()},
                        attrs=aligned)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 

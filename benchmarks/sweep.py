@@ -17,8 +17,8 @@ so the inputs come from memory, not from the L2). Then, for each variant:
 
 The torch path is timed the same way, in a CUDA graph, once per row count. A variant is
 ``default`` (what ``compress_fused`` launches) or ``m<block_m>.c<chunk>.k<block_k>.w<num_warps>``
-with optional ``.st<num_stages>``, ``.p<programs_per_sm>`` (a persistent grid) and
-``.r<max_registers>``. Variants are compiled first, in parallel processes (``--jobs``). Prints a
+with optional ``.st<num_stages>``, ``.p<programs_per_sm>`` (a persistent grid),
+``.r<max_registers>`` and ``.a<gate_stages>`` (pass A's pipeline). Variants are compiled first, in parallel processes (``--jobs``). Prints a
 table (registers and spills as Triton reads them from each binary); writes every number to
 ``--out``. ``benchmarks/NOTES.md`` keeps what was measured.
 """
@@ -46,12 +46,11 @@ L2_BYTES = 60 * 2**20
 
 
 def parse_variant(spec: str):
-    """``default`` -> ``None``; ``m32.c64.k64.w4[.st2][.p2][.r128]`` -> a ``KernelBlocks``."""
+    """``default`` -> ``None``; ``m32.c64.k64.w4[.st2][.p2][.r128][.a3]`` -> a ``KernelBlocks``."""
     if spec == "default":
         return None
     keys = {"m": "block_m", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
-            "p": "programs_per_sm", "r": "max_registers",
-            "a": "gate_stages"}
+            "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages"}
     fields = {}
     for part in spec.split("."):
         key = part.rstrip("0123456789")

@@ -13,13 +13,13 @@ and when the last program started (a second wave of programs starts late). Varia
 in ``benchmarks/sweep.py``. A block that runs two passes (a 32-row block across two requests of
 different parities) stamps its second pass over its first: its first step then includes the first
 pass. ``--compile-only`` compiles the timed kernel for sm_90 on any machine (no GPU), as a check.
-The measured tables are in ``benchmarks/NOTES.md``.
+The measured tables are in ``benchmarks/NOTES.md``. A test checks that the timed body calls the
+kernel's stages in the kernel's order, so the copy cannot drift from the kernel unnoticed.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import sys
@@ -90,20 +90,11 @@ def timed_kernel(
     tl.store(t + 5, stamp(pid))
 
 
-def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config, request_slots: int = 16):
-    """The timed kernel compiled for sm_90 without a GPU (as ``registers.py`` compiles the real one)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config):
+    """The timed kernel compiled for sm_90 without a GPU, as ``registers.py`` compiles the real one."""
+    import registers
 
-    from registers import POINTERS, SCALARS
-
-    const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, request_slots, blocks)
-    options = {name: const.pop(name) for name in ("num_warps", "num_stages", "maxnreg") if name in const}
-    names = list(inspect.signature(timed_kernel.fn).parameters)
-    signature = {**POINTERS, **SCALARS, "ts_ptr": "*i64", **{name: "constexpr" for name in const}}
-    source = ASTSource(timed_kernel, signature, constexprs={(names.index(n),): v for n, v in const.items()},
-                       attrs={(names.index(n),): [["tt.divisibility", 16]] for n in POINTERS})
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+    return registers.compile_for_sm90(blocks, cfg, kernel=timed_kernel, extra={"ts_ptr": "*i64"})
 
 
 def timeline(rows: int, spec: str, runs: int = 6):

@@ -140,12 +140,7 @@ STORED = sorted((ROOT / results.RESULTS_FOLDER).glob("*.json"))
 def test_stored_results_are_gpu_runs_with_the_schema(path):
     data = results.load_results(path)
     assert not data["smoke"], f"{path.name} is a smoke run: it measured nothing, never store it"
-    if not data["complete"]:  # a stopped run may be kept only if it says what it left out, and why
-        measured = {(r["path"], r["rows"]) for r in data["records"]}
-        said = {(r["path"], r["rows"]) for r in data["skipped"]}
-        left_out = [(p, c["rows"]) for p in bench.PATHS for c in data["cases"] if (p, c["rows"]) not in measured]
-        missing = [u for u in left_out if u not in said]
-        assert not missing, f"{path.name} was stopped before its end and does not say why it lacks {missing}"
+    assert data["complete"], f"{path.name} is the file of a run that was stopped before its end"
     assert data["timer"] == "CUDA events" and data["config"] == "dsv41"
     assert path == bench.default_file(data["device"], data["date"], path.parent)
 
@@ -220,6 +215,7 @@ def test_median_us_host_ahead_takes_the_calls_in_turn_on_a_cpu_too():
     assert seen == [0, 1] + [i % 2 for i in range(5)]
 
 
+# Not a hidden failure: the CPU path of host_ahead is the test above; this one needs a GPU to sleep.
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the sleep kernel that holds the GPU needs CUDA")
 def test_median_us_host_ahead_runs_every_call_behind_the_sleep():
     from c2graph.measure.timing import gpu_cycles_per_us

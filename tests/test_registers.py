@@ -40,3 +40,24 @@ def test_timeline_tool_compiles_its_stamped_kernel_for_sm90():
                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "compiled m16.c64.k64.w4.st2.r96.a3 for sm_90" in out.stdout
+
+
+def test_timeline_kernel_runs_the_fused_kernels_stages_in_its_order():
+    """benchmarks/timeline.py times a copy of the kernel's body: it must call the same stages, in the same order."""
+    import ast
+
+    from c2graph.compressor import fused_kernel
+
+    names = {getattr(stage.kernel, "fn", stage.kernel).__name__ for stage in fused_kernel.STAGES}
+    names.discard("fused_compress_kernel")
+
+    def calls(source: str) -> list[str]:  # the stages it calls, in the order they are written
+        found = [n for n in ast.walk(ast.parse(source))
+                 if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names]
+        return [n.func.id for n in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
+
+    tool = (ROOT / "benchmarks" / "timeline.py").read_text()
+    timed = next(n for n in ast.parse(tool).body if isinstance(n, ast.FunctionDef) and n.name == "timed_kernel")
+    kernel = calls(fused_kernel.source(fused_kernel.fused_compress_kernel))
+    assert kernel, "found no stage calls in the fused kernel"
+    assert calls(ast.get_source_segment(tool, timed)) == kernel

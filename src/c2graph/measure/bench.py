@@ -45,7 +45,7 @@ from .bench_model import measure_model
 from .compiled import VARIANTS, compiled
 from .opcount import count_cuda_kernels, count_ops
 from .results import RESULTS_FOLDER, SCHEMA, check_results, results_table
-from .timing import copy_GBps, launch_us, median_us, on_cuda
+from .timing import copy_GBps, launch_us, median_us, on_cuda, replay_us
 
 ROWS = (256, 2048, 16384, 65536)
 SMOKE_ROWS = (16, 48)
@@ -69,7 +69,7 @@ def _eager_and_graph(calls, reps: int, device, **fields) -> list[dict]:
     eager = dict(fields, mode="eager", median_us=median_us(calls, reps, device),
                  nodes=None, launches=count_launches(calls[0], device))
     graphs = bench_cases.capture(calls)
-    graph = dict(fields, mode="graph", median_us=median_us([g.replay for g in graphs], reps, device, host_ahead=True),
+    graph = dict(fields, mode="graph", median_us=replay_us(graphs, reps, device),
                  nodes=graphs[0].num_nodes, launches=None)
     return [eager, graph]
 
@@ -120,7 +120,7 @@ def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: 
     if wrong:
         raise RuntimeError(f"not timed: {wrong}")
     graphs = bench_cases.capture(bench_cases.compiled_calls(fn, layer, sets))
-    return [dict(fields, mode="graph", median_us=median_us([g.replay for g in graphs], reps, device, host_ahead=True),
+    return [dict(fields, mode="graph", median_us=replay_us(graphs, reps, device),
                  nodes=graphs[0].num_nodes, launches=None, bw_fraction=None, compile_s=compile_s)]
 
 

@@ -13,7 +13,7 @@ import math
 from ..compressor.config import Config
 from ..graphs.prefill_graph import PrefillGraphRunner
 from .bench_cases import REQUESTS, Case
-from .timing import median_us
+from .timing import replay_us
 
 
 def measure_model(cfg: Config, case: Case, reps: int) -> dict:
@@ -42,7 +42,7 @@ def measure_model(cfg: Config, case: Case, reps: int) -> dict:
             raise RuntimeError(f"the runner ran {case.rows} rows eagerly; expected a replay of its graph")
         runners.append(runner)
     fused = sum(layer.use_fused_gate for layer in layers)
-    replays = [runner.graphs[case.rows].replay for runner in runners]
+    graphs = [runner.graphs[case.rows] for runner in runners]
     return dict(rows=case.rows, path="model", mode="graph", variant=f"{len(layers)} layers, {fused} with the fused gate",
-                median_us=median_us(replays, reps, device, host_ahead=True), nodes=nodes, launches=None,
+                median_us=replay_us(graphs, reps, device), nodes=nodes, launches=None,
                 bw_fraction=None, layers=len(layers), fused_layers=fused)
