@@ -4,7 +4,7 @@ No GPU is needed: Triton compiles for a target it is told, and ``cuobjdump`` (sh
 Triton's NVIDIA backend) reads the registers a thread needs and its stack (spills) from the
 binary. From the repository root::
 
-    python benchmarks/registers.py default m32.c64.k64.w4.st2.r96 m16.c64.k64.w4.st2
+    python benchmarks/registers.py default g16.c64.k64.w4.st2.r96 g8.c64.k64.w4.st2
 
 Variants are spelled as in ``benchmarks/sweep.py`` (``default``: the blocks ``compress_fused``
 uses for a bucket of ``--rows`` rows). The kernel is compiled for the ``dsv41`` layer with the

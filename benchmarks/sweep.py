@@ -2,7 +2,7 @@
 
 On a CUDA machine, from the repository root::
 
-    PYTHONPATH=src python3 benchmarks/sweep.py --variants default,m64.s8.k64.w8 --out sweep.json
+    PYTHONPATH=src python3 benchmarks/sweep.py --variants default,g16.c64.k64.w4.st2.r96.a3 --out sweep.json
 
 For each row count (``--rows``) it builds a ``dsv41`` ragged batch of 8 to 16 requests with odd and
 even prefixes (every row live), a ring of random rows, and random ``| kv | score |`` buffers,
@@ -16,7 +16,7 @@ so the inputs come from memory, not from the L2). Then, for each variant:
    the host filled ahead of it.
 
 The torch path is timed the same way, in a CUDA graph, once per row count. A variant is
-``default`` (what ``compress_fused`` launches) or ``m<block_m>.c<chunk>.k<block_k>.w<num_warps>``
+``default`` (what ``compress_fused`` launches) or ``g<groups>.c<chunk>.k<block_k>.w<num_warps>``
 with optional ``.st<num_stages>``, ``.p<programs_per_sm>`` (a persistent grid),
 ``.r<max_registers>`` and ``.a<gate_stages>`` (pass A's pipeline). Variants are compiled first, in parallel processes (``--jobs``). Prints a
 table (registers and spills as Triton reads them from each binary); writes every number to
@@ -46,10 +46,10 @@ L2_BYTES = 60 * 2**20
 
 
 def parse_variant(spec: str):
-    """``default`` -> ``None``; ``m32.c64.k64.w4[.st2][.p2][.r128][.a3]`` -> a ``KernelBlocks``."""
+    """``default`` -> ``None``; ``g16.c64.k64.w4[.st2][.p2][.r128][.a3]`` -> a ``KernelBlocks``."""
     if spec == "default":
         return None
-    keys = {"m": "block_m", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
+    keys = {"g": "groups", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
             "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages"}
     fields = {}
     for part in spec.split("."):

@@ -6,13 +6,12 @@ step of every program: its rows, flags and partners; pass A; pass B; the index k
 Each stamp is an inline-asm instruction that takes the step's result as an input, so the compiler
 cannot move it before the step's loads have arrived. On a CUDA machine, from the repository root::
 
-    PYTHONPATH=src python3 benchmarks/timeline.py --rows 2048,16384 --variants m16.c64.k64.w4.st2.r96.a3
+    PYTHONPATH=src python3 benchmarks/timeline.py --rows 2048,16384 --variants g16.c64.k64.w4.st2.r96.a3
 
 prints, per row count and variant, the median and the largest time of each step over the programs,
 and when the last program started (a second wave of programs starts late). Variants are spelled as
-in ``benchmarks/sweep.py``. A block that runs two passes (a 32-row block across two requests of
-different parities) stamps its second pass over its first: its first step then includes the first
-pass. ``--compile-only`` compiles the timed kernel for sm_90 on any machine (no GPU), as a check.
+in ``benchmarks/sweep.py``. A block past the batch's last pair skips its passes: its stamps
+after the first are then all the park's. ``--compile-only`` compiles the timed kernel for sm_90 on any machine (no GPU), as a check.
 The measured tables are in ``benchmarks/NOTES.md``. A test checks that the timed body calls the
 kernel's stages in the kernel's order, so the copy cannot drift from the kernel unnoticed.
 """
@@ -52,7 +51,7 @@ def timed_kernel(
     projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr,
     inv_freq_ptr, kv_cache_ptr, index_k_ptr, latent_ptr, num_rows, request_slots, num_blocks, eps, ts_ptr,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
-    BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, CHUNK: tl.constexpr,
+    GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
 ):
     """The fused kernel, stamped: ``ts[pid] = [start, rows, pass A, pass B, index key, end]``."""
@@ -60,23 +59,17 @@ def timed_kernel(
     t = ts_ptr + pid * 6
     tl.store(t, stamp(pid))
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
-        block_lo = block * BLOCK_M
-        first_pass, end_pass = 0, 1
-        if STRIDE == 2:
-            block_rows = block_lo + tl.arange(0, BLOCK_M)
-            completes = group_rows(block_rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-            first_pass = 1 - tl.max((completes & (block_rows % 2 == 0)).to(tl.int32), axis=0)
-            end_pass = 1 + tl.max((completes & (block_rows % 2 == 1)).to(tl.int32), axis=0)
-        for parity in range(first_pass, end_pass):
-            rows = lane_rows(block_lo, tl.arange(0, LANES), parity, STRIDE)
-            group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-            cur, prev = partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots,
-                                 num_rows, D, RING, S_PAD)
-            in_buffer = rows < num_rows
-            cache_slot = tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2
-            group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
+        rows, pos, req, raw = lane_rows(block, offsets_ptr, pos_ptr, req_ptr, raw_ptr, request_slots, num_rows,
+                                        LANES, GROUPS, S_PAD)
+        group = group_rows(rows, pos, raw, offsets_ptr, request_slots, num_rows, S_PAD)
+        for i in range(1, 5):  # a block with no group skips its passes: they take no time
+            tl.store(t + i, stamp(pid))
+        if tl.max(group.to(tl.int32), axis=0) != 0:
+            cur, prev = partners(projected_ptr, ring_ptr, rows, pos, req, offsets_ptr, request_slots, D, RING, S_PAD)
+            cache_slot = raw // 2
+            group_pos = (pos - 1).to(tl.float32)
             tl.store(t + 1, stamp(tl.sum(group.to(tl.int32)) + tl.sum(cache_slot.to(tl.int32))))
-            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, GATE_STAGES)
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES)
             inv_rms = tl.rsqrt(sum_sq / D + eps)
             tl.store(t + 2, stamp((tl.sum(inv_rms) > -1.0).to(tl.int32)))
             tl.debug_barrier()
@@ -85,8 +78,8 @@ def timed_kernel(
             tl.store(t + 3, stamp((tl.sum(k) > -1.0).to(tl.int32)))
             index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps, I, ROPE)
             tl.store(t + 4, stamp(pid))
-        park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block_lo,
-                     num_rows, D, RING, RING_PAD, BLOCK_M, S_PAD)
+        park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block,
+                     num_rows, D, RING, RING_PAD, GROUPS, S_PAD)
     tl.store(t + 5, stamp(pid))
 
 
@@ -109,7 +102,7 @@ def timeline(rows: int, spec: str, runs: int = 6):
     blocks = parse_variant(spec) or fused.kernel_blocks(cfg.D, rows)
     const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, b.extend_offsets.shape[1],
                                    blocks)
-    programs = triton.cdiv(rows, blocks.block_m)
+    programs = fused.grid_blocks(rows, b.extend_offsets.shape[1], blocks.groups)
     ts = torch.zeros(programs, 6, dtype=torch.int64, device="cuda")
     for i in range(runs):
         pools, latent = case.fresh()

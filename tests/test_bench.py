@@ -188,7 +188,12 @@ def test_minimum_bytes_counts_weights_once_per_program():
 def test_case_counts_the_kernels_programs_and_rotates_inputs():
     cfg = c2.Config.tiny()
     case = bench_cases.make_case(cfg, 48, torch.device("cpu"), cache_bytes=10**6, copies=(1, 8))
-    assert case.programs == len(c2.program_plan(case.batch, cfg.ring_size)) == 3  # blocks of 16 rows
+    plan = c2.program_plan(case.batch, cfg.ring_size)
+    # Blocks of 8 pairs of rows; the programs that read the weights are those with groups. The grid
+    # has blocks for the most pairs 48 rows and 16 request slots can hold (32), and for one past them.
+    pairs = sum((n + 1) // 2 for *_, n in case.requests)
+    assert case.programs == sum(bool(p["groups"]) for p in plan) == -(-pairs // 8) == 4
+    assert len(plan) == 5
     assert case.min_bytes == sum(minimum_bytes(cfg, case.batch, programs=case.programs).values())
     assert case.floor_bytes == sum(minimum_bytes(cfg, case.batch).values()) < case.min_bytes
     assert case.copies == 8  # 2 MB of inputs wanted, a few KB each: capped

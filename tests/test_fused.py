@@ -24,11 +24,11 @@ import c2graph as c2
 import c2graph.compressor.fused_kernel
 from c2graph.measure.compare import compare, compare_pools
 from c2graph.compressor.fused import (
-    SMALL_BUCKET_ROWS, KernelBlocks, check_launch, compress_fused, fused_compress_, kernel_blocks, launch_fused,
+    GROUPS, SMALL_BUCKET_ROWS, KernelBlocks, check_launch, compress_fused, fused_compress_, grid_blocks, kernel_blocks,
+    launch_fused,
 )
 from c2graph.compressor.fused_kernel import STAGES, source
 from c2graph.compressor.programs import program_plan
-from c2graph.compressor.fused import BLOCK_M
 from c2graph.measure.traffic import minimum_bytes
 from c2graph.measure.opcount import count_cuda_kernels, count_ops
 
@@ -141,26 +141,26 @@ BOTH_PARITIES = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_a_block_with_group_rows_of_both_parities(device):
-    """Blocks of 32 rows: a pass over the even rows, then one over the odd rows."""
-    blocks = KernelBlocks(block_m=32, chunk=16, block_k=32, num_warps=4)
+def test_a_block_whose_groups_lie_in_several_requests(device):
+    """A block's lanes take the batch's groups in turn, whichever requests and row parities they lie in."""
+    blocks = KernelBlocks(groups=16, chunk=16, block_k=32, num_warps=4)
     batch = check_against_torch(c2.Config.tiny(), BOTH_PARITIES, extra_slots=1, padding=3, device=device,
                                 blocks=blocks)
-    (program,) = program_plan(batch, ring_size=2, block_m=32)
-    assert {p: [r for r in rows if r is not None] for p, rows in program["passes"].items()} == {
-        0: [0, 4, 6, 8], 1: [1, 3, 9]}
-    (small,) = program_plan(batch, ring_size=2)[:1]  # 16-row blocks: one pass, every row a lane
-    assert list(small["passes"]) == [0] and small["groups"] == [0, 1, 3, 4, 6, 8, 9]
+    program, *rest = program_plan(batch, ring_size=2, groups=16)
+    assert program["lanes"] == [0, 1, 3, 4, 6, 8, 9] + [None] * 9
+    assert all(not p["groups"] for p in rest)
+    small = program_plan(batch, ring_size=2)  # 8 groups a block, in 16-lane tiles: lanes 8.. idle
+    assert small[0]["lanes"] == [0, 1, 3, 4, 6, 8, 9] + [None] * 9
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("blocks", [
-    KernelBlocks(block_m=32, chunk=8, block_k=16, num_warps=4),
-    KernelBlocks(block_m=64, chunk=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
-    KernelBlocks(block_m=128, chunk=32, block_k=32, num_warps=8, num_stages=2),
-], ids=["m32", "m64-persistent", "m128"])
+    KernelBlocks(groups=16, chunk=8, block_k=16, num_warps=4),
+    KernelBlocks(groups=32, chunk=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
+    KernelBlocks(groups=64, chunk=32, block_k=32, num_warps=8, num_stages=2),
+], ids=["g16", "g32-persistent", "g64"])
 def test_every_block_shape_computes_the_same_function(device, blocks):
-    """Larger blocks, narrower column sweeps, programs looping over blocks: the same function."""
+    """More groups a block, narrower column sweeps, programs looping over blocks: the same function."""
     requests = [(0, 3, 40), (1, 0, 9), (2, 8, 1), (3, 1, 1), (4, 5, 70), (5, 0, 2)]
     check_against_torch(c2.Config.tiny(), requests, extra_slots=2, padding=7, seed=3, device=device,
                         blocks=blocks)
@@ -178,7 +178,7 @@ def test_dsv41_matches_torch(device, bucket):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_dsv41_small_and_large_bucket_blocks_agree_bitwise(device):
-    """The two buckets' blocks cut the rows differently but give each group the same arithmetic:
+    """The two buckets' blocks share the groups out differently but give each group the same arithmetic:
     a batch compressed with either writes the same bits (a request gives the same caches whichever
     bucket its chunk lands in)."""
     cfg = c2.Config.dsv41()
@@ -311,21 +311,39 @@ def test_one_op_per_launch_and_reruns(device):
     assert compare(latent, first_latent, "latent")
 
 
+def rows_for_blocks(k: int, request_slots: int, groups: int = GROUPS) -> int:
+    """A ``grid_rows`` whose grid has exactly ``k`` blocks."""
+    rows = 0 if k == 0 else max(1, 2 * groups * (k - 1) - request_slots)
+    assert grid_blocks(rows, request_slots, groups) == k
+    return rows
+
+
 @pytest.mark.parametrize("device", DEVICES)
-def test_grid_rows_sets_the_rows_visited(device):
-    """Programs past ``cdiv(grid_rows, BLOCK_M)`` do not run: their rows' groups are not stored."""
+def test_grid_rows_sets_the_groups_computed(device):
+    """A grid sized for fewer rows than the batch has computes only the groups its blocks hold."""
     layer, alloc, pools = make_case(device=device)
-    batch = build([(0, 0, 12), (1, 1, 24)], alloc, device)  # rows 0..35: three programs
+    batch = build([(0, 0, 12), (1, 1, 24)], alloc, device)  # 6 + 12 groups: three blocks of 8
     projected = random_projected(layer, batch.num_rows, 2)
     cfg = layer.cfg
     latent = poisoned_latents(batch, cfg, device)
+    grid_rows = 10
+    assert grid_blocks(grid_rows, batch.request_slots, GROUPS) == 1  # one block: the batch's first 8 groups
     fused_compress_(
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
-        cfg.eps, cfg.ring_size, 10,  # one program: rows 0..15
+        cfg.eps, cfg.ring_size, grid_rows,
     )
     written = ~(latent.float() == POISON).all(dim=1).cpu()
-    assert written.nonzero().flatten().tolist() == [r for r in batch.group_rows() if r < 16]
+    assert written.nonzero().flatten().tolist() == batch.group_rows()[:GROUPS]
+
+
+def test_grid_blocks_hold_every_group_and_one_past():
+    """The grid holds the most groups any batch of its rows and slots can have, and the number
+    just past them (the block that parks trailing requests with no group)."""
+    for rows, slots, groups in [(16, 1, 8), (17, 4, 8), (2048, 16, 8), (16384, 16, 16), (5, 3, 16)]:
+        most = (rows + slots) // 2  # every request a single odd row, and the rest odd-started
+        assert grid_blocks(rows, slots, groups) * groups > most
+    assert grid_blocks(0, 4, 8) == 0
 
 
 def test_program_plan_matches_the_batch():
@@ -333,30 +351,31 @@ def test_program_plan_matches_the_batch():
     requests = [(0, 3, 6), (2, 0, 15), (4, 9, 12)]
     batch = c2.ExtendBatch.build(requests, alloc, request_slots=5, pad_to=40, device="cpu")
     plan = program_plan(batch, ring_size=2)
-    assert [p["rows"] for p in plan] == [range(0, 16), range(16, 32), range(32, 40)]
+    assert len(plan) == grid_blocks(40, 5, GROUPS) == 3
     assert sum((p["groups"] for p in plan), []) == batch.group_rows()
     assert sum((p["from_ring"] for p in plan), []) == batch.ring_partner_rows()
     parks = {k: v for p in plan for k, v in p["parks"].items()}
     assert parks == batch.parked_ring_rows(2)
-    # Program 0 parks request (2, 0, 15) too: its first row (6) is in program 0's block, although
-    # its last rows (19, 20) are in program 1's. Program 1 parks (4, 9, 12), rows 21..32.
+    # Pairs of rows: request 0 (rows 0..5, pos 3..8) three, its groups at rows 0, 2, 4; request 1
+    # (rows 6..20, pos 0..14) eight, the last (row 20, pos 14, alone) without a group; request 2
+    # (rows 21..32, pos 9..20) six, groups at rows 21, 23, .., 31. 17 pairs: blocks of 8 pairs.
+    assert plan[0]["lanes"] == [0, 2, 4, 7, 9, 11, 13, 15] + [None] * 8
+    assert plan[1]["lanes"] == [17, 19, None, 21, 23, 25, 27, 29] + [None] * 8
+    assert plan[2]["lanes"] == [31] + [None] * 15
+    assert plan[0]["rows"] == range(0, 16) and plan[1]["rows"] == range(16, 30)  # row 21's partner: the ring
+    # Block 0 holds the first pairs of requests 0 and 1 and parks them (request 1's last rows, 19
+    # and 20, lie in block 1's rows); block 1 holds request 2's first pair and parks it.
     assert plan[0]["parks"] == {1: 4, 0: 5, 5: 19, 4: 20}
     assert plan[1]["parks"] == {9: 31, 8: 32}
-    assert plan[2]["parks"] == {}
+    assert plan[2]["parks"] == {} and plan[2]["groups"] == [31]
     assert [p["parked_slots"] for p in plan] == [[0, 1], [2], []]
-    # 16-row blocks: one pass, lane t on row t (rows 0..5 at pos 3..8, rows 6.. at pos 0, 1, ...).
-    assert plan[0]["passes"] == {0: [0, None, 2, None, 4, None, None, 7, None, 9, None, 11, None, 13, None, 15]}
-    assert plan[2]["passes"] == {}  # rows 32.. complete no group: the program skips its pass
-    # 32-row blocks: a pass over the even rows and one over the odd rows, lane t on row 2t + parity.
-    wide = program_plan(batch, ring_size=2, block_m=32)
-    assert wide[0]["passes"] == {0: [0, 2, 4] + [None] * 13, 1: [None] * 3 + [7, 9, 11, 13, 15, 17, 19, 21, 23,
-                                                                             25, 27, 29, 31]}
-    assert sum((p["groups"] for p in wide), []) == batch.group_rows()
+    wide = program_plan(batch, ring_size=2, groups=16)  # blocks of 16 pairs
+    assert [r for p in wide for r in p["lanes"] if r is not None] == batch.group_rows() and len(wide) == 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_program_plan_is_what_the_kernel_does(device):
-    """Run the first k programs only (``grid_rows``): they write exactly the plan's groups and parks."""
+    """Run the first k blocks only (``grid_rows``): they write exactly the plan's groups and parks."""
     layer, alloc, pools = make_case(device=device)
     batch = build([(0, 3, 7), (2, 0, 15), (4, 9, 12), (5, 1, 1)], alloc, device, extra_slots=1, padding=5)
     projected = random_projected(layer, batch.num_rows, 7)
@@ -366,7 +385,7 @@ def test_program_plan_is_what_the_kernel_does(device):
         got, latent = pools.clone(), poisoned_latents(batch, cfg, device)
         fused_compress_(projected, got.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
                         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, got.kv_cache, got.index_k,
-                        latent, cfg.eps, cfg.ring_size, min(k * BLOCK_M, batch.num_rows))
+                        latent, cfg.eps, cfg.ring_size, rows_for_blocks(k, batch.request_slots))
         written = (latent.float() != POISON).any(dim=1).nonzero().flatten().tolist()
         assert written == sorted(r for p in plan[:k] for r in p["groups"])
         parked = (got.ring != pools.ring).any(dim=1).nonzero().flatten().tolist()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from support import POISON, make_case, untouched_slots_keep_poison
 
 import c2graph as c2
-from c2graph.compressor.fused import BLOCK_M
+from c2graph.compressor.fused import GROUPS, grid_blocks
 from c2graph.compressor.model import layer_pools, model_preset, served_layers
 from c2graph.graphs.broken_offsets import VARIANTS, BrokenOffsetsRunner
 from c2graph.measure.compare import compare, compare_pools
@@ -234,12 +234,14 @@ def _through(make_runner):
     layer, alloc, pools = make_case(seed=5)
     runner = make_runner(layer, pools)
     ref = pools.clone()
+    batches = []
     for i, reqs in enumerate((FIRST, SECOND)):
         x = layer.random_hidden(sum(r[2] for r in reqs), seed=10 + i)
         step = runner.run(reqs, alloc, x)
         assert step.mode == "graph"
         eager([layer], [ref], reqs, alloc, [x])
-    return step.batch, pools, ref
+        batches.append(step.batch)
+    return batches, pools, ref
 
 
 def _broken_case(variant, **kw):
@@ -268,13 +270,16 @@ def test_host_reads_of_the_offsets_are_refused_by_capture(variant):
 @pytest.mark.parametrize("variant", ["python_ints", "rebound"])
 def test_frozen_offsets_pair_across_requests_and_park_nothing(variant):
     """The graph replays the dummy batch's offsets: one request covering all 32 rows."""
-    batch, pools, ref = _broken_case(variant)
+    (_, batch), pools, ref = _broken_case(variant)
     raw = batch.raw_out_loc.cpu()
     starts = [rows[0] for rows in batch.row_ranges()]
     # Both odd-start requests of the second batch get a wrong first group:
     # - request 1's first row pairs with request 0's last row instead of its ring row;
     # - request 0's first row does read its ring row, but the first batch parked nothing there.
     expected = {int(raw[starts[0]]) // 2, int(raw[starts[1]]) // 2}
+    # The first batch's groups all come out right: under the dummy's one request, the kernel's pairs
+    # of rows (0, 1), (2, 3), ... still each hold one group row of the batch, whose partner is the
+    # previous row, as eager's is.
     assert _wrong_slots(pools, ref) == expected
     # the dummy's last rows are padding: no request gets its rows parked
     parked = set(batch.parked_ring_rows(2))
@@ -282,12 +287,15 @@ def test_frozen_offsets_pair_across_requests_and_park_nothing(variant):
     assert wrong_ring == parked
 
 
-def test_a_grid_sized_from_the_capture_batch_never_visits_later_rows():
-    batch, pools, ref = _broken_case("grid_from_batch", capture_rows=9)
-    visited = -(-9 // BLOCK_M) * BLOCK_M  # the frozen grid covers whole blocks of rows
-    raw = batch.raw_out_loc.cpu()
-    missed = {int(raw[row]) // 2 for row in batch.group_rows() if row >= visited}
-    assert missed and _wrong_slots(pools, ref) == missed
+def test_a_grid_sized_from_the_capture_batch_never_computes_later_groups():
+    batches, pools, ref = _broken_case("grid_from_batch", capture_rows=9)
+    blocks = grid_blocks(9, 4, GROUPS)  # the frozen grid: one block of 8 pairs of rows
+    missed = set()
+    for batch in batches:  # 9 and 10 pairs: each batch's last group row lies past the grid
+        raw = batch.raw_out_loc.cpu()
+        plan = c2.program_plan(batch, 2)
+        missed |= {int(raw[row]) // 2 for p in plan[blocks:] for row in p["groups"]}
+    assert blocks == 1 and len(missed) == 2 and _wrong_slots(pools, ref) == missed
     assert (pools.kv_cache[sorted(missed)].float() == POISON).all(), "never written: still the poison"
 
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_registers_tool_reads_the_register_cap():
     env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
     env.pop("TRITON_INTERPRET", None)
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "registers.py"), "m16.c64.k64.w4.st2.r96"],
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "registers.py"), "g16.c64.k64.w4.st2.r96"],
                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     found = re.search(r"registers\s+(\d+)\s+stack\s+(\d+) bytes", out.stdout)
@@ -36,10 +36,10 @@ def test_timeline_tool_compiles_its_stamped_kernel_for_sm90():
     env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
     env.pop("TRITON_INTERPRET", None)
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "timeline.py"), "--compile-only",
-                          "--variants", "m16.c64.k64.w4.st2.r96.a3"],
+                          "--variants", "g16.c64.k64.w4.st2.r96.a3"],
                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "compiled m16.c64.k64.w4.st2.r96.a3 for sm_90" in out.stdout
+    assert "compiled g16.c64.k64.w4.st2.r96.a3 for sm_90" in out.stdout
 
 
 def test_timeline_kernel_runs_the_fused_kernels_stages_in_its_order():

@@ -42,8 +42,8 @@ def test_why_from_what_the_graph_read():
     assert [s.why for s in report.slots] == ["", "", "graph used:\nrow 3", ""]  # row 4 pairs across requests
     rings = (eager.ring.clone(), eager.ring.clone())
     rings[0][2] = POISON  # the graph's ring row 2 was never parked before the batch
-    report = compare_slots(graph, eager, batch, CFG.ring_size, poison=POISON, rings_before=rings, grid_rows=5)
-    assert [s.why for s in report.slots] == ["", "", "ring row 2\nheld the poison", "past the grid\nof 5 rows"]
+    report = compare_slots(graph, eager, batch, CFG.ring_size, poison=POISON, rings_before=rings, grid_pairs=3)
+    assert [s.why for s in report.slots] == ["", "", "ring row 2\nheld the poison", "pair 3: past\nthe grid's 3"]
     rings[0][2] = 0.5
     report = compare_slots(graph, eager, batch, CFG.ring_size, poison=POISON, rings_before=rings)
     assert report.slots[2].why == "ring row 2\nheld other bytes"
@@ -52,15 +52,21 @@ def test_why_from_what_the_graph_read():
 def test_partner_under_frozen_offsets():
     batch, *_ = doctored_replay()
     plan = batch.plan(CFG.ring_size)
-    own = batch.extend_offsets.tolist()
+    own, pos = batch.extend_offsets.tolist(), batch.pos.tolist()
     for r in plan.rows:  # under the batch's own offsets: the planned partner of every group row
         if r.completes_group:
             planned = (r.partner, r.partner_row if r.partner is Partner.PREVIOUS_ROW else r.partner_ring_row)
-            assert partner_under(own, r, CFG.ring_size) == planned
-    row4 = plan.rows[4]
-    assert partner_under([[0, 7], [7, 0]], row4, CFG.ring_size) == (Partner.PREVIOUS_ROW, 3)
-    assert partner_under([[0, 4], [4, 0]], row4, CFG.ring_size) == (Partner.PADDING, None)
-    assert partner_under([[0, 4], [4, 3]], plan.rows[1], CFG.ring_size) == (Partner.PREVIOUS_ROW, 0)
+            assert partner_under(own, r, CFG.ring_size, pos) == planned
+    row4, row6 = plan.rows[4], plan.rows[6]  # pos 3 (request 1's first row), pos 5
+    assert partner_under([[0, 7], [7, 0]], row4, CFG.ring_size, pos) == (Partner.PREVIOUS_ROW, 3)
+    assert partner_under([[0, 4], [4, 0]], row4, CFG.ring_size, pos) == (Partner.PADDING, None)
+    assert partner_under([[0, 4], [4, 3]], plan.rows[1], CFG.ring_size, pos) == (Partner.PREVIOUS_ROW, 0)
+    # rows 5, 6 as one request from pos 4: the pair (5, 6) computes row 6, paired with row 5 as planned
+    assert partner_under([[0, 5], [5, 2]], row6, CFG.ring_size, pos) == (Partner.PREVIOUS_ROW, 5)
+    # rows 3.. as one request: the pair (3, 4) is at pos 3 and 3, so its lane computes row 3 (a first
+    # row: its partner from the ring) and row 4 gets no lane
+    assert partner_under([[0, 3], [3, 4]], plan.rows[3], CFG.ring_size, pos) == (Partner.RING, 0)
+    assert partner_under([[0, 3], [3, 4]], row4, CFG.ring_size, pos) == (Partner.NONE_EVEN, None)
 
 
 def test_compare_pools_says_when_it_skips_c2_slot_0():

@@ -15,7 +15,7 @@ from .compressor.batch import ExtendBatch, Request
 from .compressor.config import Config
 from .pictures.explorer import explain_batch, explorer_widget
 from .compressor.extend_offsets import build_extend_offsets, check_extend_offsets
-from .compressor.fused import BLOCK_M, compress_fused, fused_compress_
+from .compressor.fused import GROUPS, compress_fused, fused_compress_
 from .compressor.programs import program_plan
 from .compressor.rows import BatchPlan, Partner, RowPlan, plan_rows
 from .measure.traffic import minimum_bytes
@@ -30,7 +30,7 @@ from .compressor.torch_path import compress_torch
 from .compressor.compress import compress, layer_path, project_padded
 
 __all__ = [
-    "BLOCK_M",
+    "GROUPS",
     "BatchPlan",
     "Partner",
     "RowPlan",

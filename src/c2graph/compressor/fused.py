@@ -42,8 +42,9 @@ from .source_layer import SourceLayer
 class KernelBlocks:
     """How the kernel cuts its work: compile-time sizes and launch options, never the batch's.
 
-    - ``block_m``: rows of the buffer per block; a block's ``block_m // 2`` pairs of rows are
-      the *lanes* of its tiles (at least 16: ``tl.dot``'s smallest tile)
+    - ``groups``: pairs of rows per block (one program each, unless persistent), so at most that
+      many groups; each pair takes a *lane* of the block's tiles, which have at least 16 lanes
+      (``tl.dot``'s smallest tile)
     - ``chunk``: columns per step of the gate's sweep (pass A; at most ``D``)
     - ``block_k``: latent columns per step of the normalising sweep and the index-key product
       (pass B; at most ``D``)
@@ -57,7 +58,7 @@ class KernelBlocks:
       only when the loads are issued
     """
 
-    block_m: int
+    groups: int
     chunk: int
     block_k: int
     num_warps: int
@@ -68,34 +69,41 @@ class KernelBlocks:
 
     @property
     def lanes(self) -> int:
-        return block_lanes(self.block_m)
+        """Lanes of the block's tiles: ``groups``, or 16 (``tl.dot``'s smallest tile) if fewer."""
+        return max(16, self.groups)
 
 
-def block_lanes(block_m: int) -> int:
-    """Lanes of a block's tiles, one row each: half the block (a pass over its even rows, one over
-    its odd rows), or all of a 16-row block (``tl.dot``'s smallest tile)."""
-    return max(16, block_m // 2)
-
-
-SMALL_BLOCKS = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4)
+SMALL_BLOCKS = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_SMALL_BUCKET = KernelBlocks(block_m=16, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96,
-                                 gate_stages=3)
+WIDE_SMALL_BUCKET = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=3)
 """Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows: the
-most programs, each short; five fit on an SM at 96 registers, and pass A's loads run two chunks
-ahead of its math (measured on an H200: ``benchmarks/NOTES.md``)."""
+most programs (8 pairs in 16-lane tiles), about one an SM, so a replay takes one program's chain
+of memory round trips: 8 warps share each step, and the loads of pass A run two chunks ahead of
+its math, those of pass B's product two steps ahead (measured on an H200: ``benchmarks/NOTES.md``)."""
 
-WIDE_LARGE_BUCKET = KernelBlocks(block_m=32, chunk=64, block_k=64, num_warps=4, num_stages=2, max_registers=96,
-                                 gate_stages=3)
-"""Layers with ``D >= 256`` in larger buckets: a lane for every group row (a pass per row parity).
-The same tiles, warps and column sweeps as :data:`WIDE_SMALL_BUCKET`, so each group's arithmetic,
-and every bit of its results, is the same in every bucket."""
+WIDE_LARGE_BUCKET = KernelBlocks(groups=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3)
+"""Layers with ``D >= 256`` in larger buckets: 16 pairs a block, every lane busy, 4 warps, so that
+five programs fit on an SM and hide each other's loads. The same tiles and column sweeps as
+:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_kernel.row_sum`),
+so each group's arithmetic, and every bit of its results, is the same in every bucket."""
 
 SMALL_BUCKET_ROWS = 4096
 
-BLOCK_M = SMALL_BLOCKS.block_m
-"""Rows per block (one program each) for the ``tiny`` preset; :func:`kernel_blocks` gives any layer's."""
+GROUPS = SMALL_BLOCKS.groups
+"""Pairs of rows per block (one program each) for the ``tiny`` preset; :func:`kernel_blocks` gives any layer's."""
+
+
+def grid_blocks(grid_rows: int, request_slots: int, groups: int) -> int:
+    """Blocks of ``groups`` pairs of rows a grid over ``grid_rows`` rows has: enough for every pair
+    of any batch of those rows and request slots, and for the pair number just past the last (the
+    block that parks trailing requests with no rows).
+
+    A request of ``n`` rows has ``(n + 1) // 2`` pairs, so a batch has at most
+    ``(grid_rows + request_slots) // 2``. A static size: the grid never depends on the batch's
+    requests.
+    """
+    return (grid_rows + request_slots) // (2 * groups) + 1 if grid_rows > 0 else 0
 
 
 def kernel_blocks(D: int, rows: int) -> KernelBlocks:
@@ -191,8 +199,9 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
     options = {} if blocks.max_registers is None else {"maxnreg": blocks.max_registers}
     return dict(
         D=D, I=index_dim, ROPE=rope_dim, RING=ring_size,
-        BLOCK_M=blocks.block_m, LANES=lanes, STRIDE=blocks.block_m // lanes,
-        CHUNK=min(blocks.chunk, D), BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages,
+        GROUPS=blocks.groups, LANES=lanes,
+        CHUNK=min(blocks.chunk, D), LOG2_CHUNK=min(blocks.chunk, D).bit_length() - 1,
+        BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
@@ -207,7 +216,7 @@ def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
     D, index_dim, rope_dim = norm_w.shape[0], wk.shape[0], 2 * inv_freq.shape[0]
     request_slots = extend_offsets.shape[1]
     blocks = blocks or kernel_blocks(D, grid_rows)
-    num_blocks = triton.cdiv(grid_rows, blocks.block_m)  # from a size, never from the batch's requests
+    num_blocks = grid_blocks(grid_rows, request_slots, blocks.groups)  # from sizes, never from the requests
     if num_blocks == 0:
         return None
     compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
@@ -248,7 +257,7 @@ def fused_compress_(
       ``inv_freq``: ``[rope_dim // 2]`` fp32
     - ``kv_cache``: ``[kv_slots, D]`` bf16 and ``index_k``: ``[kv_slots, index_dim]`` bf16, written
       at the c2 slot of each group row; ``latent_out``: ``[T, D]`` bf16, written on group rows only
-    - ``grid_rows``: the rows the grid covers, in blocks of :func:`kernel_blocks`'s ``block_m``
+    - ``grid_rows``: the rows the grid is sized for (:func:`grid_blocks`: blocks of :func:`kernel_blocks`'s ``groups`` pairs)
       (normally ``T``); groups in blocks past it are not computed
 
     It trusts the extend offsets' values: check them first (:func:`check_extend_offsets`).

@@ -5,15 +5,18 @@ torch-path function it replaces (:mod:`c2graph.compressor.torch_path`). The last
 :func:`fused_compress_kernel`, is the program that runs them; compiled, they are all inlined
 into it: one launch.
 
-How the rows are shared out. The grid covers the buffer in *blocks* of ``BLOCK_M`` rows, one
-program a block (a persistent launch gives a program several, in turn). Only a group row (odd
-``pos``) stores anything, and inside a request every other row is one, so a block of more than
-16 rows is computed in two *passes*: its even rows, then its odd rows, ``LANES = BLOCK_M // 2``
-rows a pass, one a lane; a pass whose rows complete no group is skipped, so a block inside one
-request runs one pass, every lane busy. A block of 16 rows (``tl.dot``'s smallest tile) runs one
-pass over all its rows.
+How the work is shared out. Only a group row (odd ``pos``) stores anything, so the kernel gives a
+lane to each *pair* of rows, not to each row: a request's rows 0 and 1, 2 and 3, and so on. Two
+consecutive positions hold exactly one odd one, so a pair completes at most one group (exactly
+one, but for a request's last row left alone at an even position). The batch's pairs are numbered
+in row order, and the grid covers them in *blocks* of ``GROUPS``, one program a block (a
+persistent launch gives a program several, in turn): lane ``t`` of block ``b`` takes pair
+``b * GROUPS + t``, found from the extend offsets alone, and computes the pair's row at an odd
+position. So every lane of a full block is busy, whichever requests and row parities its pairs
+lie in. The tiles have ``LANES`` rows, at least 16 (``tl.dot``'s smallest tile): a block of 8
+pairs leaves half of them idle.
 
-A pass makes two sweeps over the columns of its lanes' groups, with a barrier between them:
+A block makes two sweeps over the columns of its lanes' groups, with a barrier between them:
 
 A. the gate, ``CHUNK`` columns at a time: each lane's two rows are read once, the pooled row
    rounded to bf16 and stored in ``latent`` (not yet normalised: RMSNorm needs the sum of
@@ -21,13 +24,13 @@ A. the gate, ``CHUNK`` columns at a time: each lane's two rows are read once, th
 B. ``BLOCK_K`` columns at a time: the gated row read back from ``latent`` (the barrier makes the
    other threads' stores visible), normalised, stored over itself and, turned by RoPE where the
    chunk holds rope dims, in the KV cache, and multiplied into the index key, ``latent @ wk.T``
-   (one read of ``wk`` a pass). Then the index key's RMSNorm and RoPE, and its store.
+   (one read of ``wk`` a block). Then the index key's RMSNorm and RoPE, and its store.
 
 Each sweep holds one chunk of columns at a time, so a program needs few registers and many fit on
 an SM: while one waits for memory, the others compute.
 
-Then the program parks, in the ring, the last rows of the requests whose first row is in its
-block.
+Then the program parks, in the ring, the last rows of the requests whose first pair is one of
+its block's.
 """
 
 from __future__ import annotations
@@ -90,27 +93,67 @@ def first_rows(rows, offsets_ptr, request_slots, S_PAD: tl.constexpr):
 
 
 @triton.jit
-def group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD: tl.constexpr):
-    """``[N]`` bool: each row (``[N]`` int64) completes a group.
+def pair_table(offsets_ptr, request_slots, S_PAD: tl.constexpr):
+    """Every request slot's *pairs* of rows: its first row and end, its number of pairs, and the
+    batch-wide number of its first pair (the pairs of the slots before it): ``[S_PAD]`` int64 each.
 
-    A group completes at a live row of odd ``pos``. ``raw_out_loc == 0`` marks a padding row: it
-    never stores, even if the offsets claimed it. Rows past the buffer load nothing.
+    A request of ``n`` rows is cut into ``(n + 1) // 2`` pairs: its rows 0 and 1, 2 and 3, ... (the
+    last pair of an odd ``n`` has one row). Two consecutive positions hold exactly one odd one, so
+    each pair completes at most one group. Counted in slot order, the pairs are numbered in row
+    order. Read from the extend offsets alone.
     """
-    in_buffer = rows < num_rows
-    pos = tl.load(pos_ptr + rows, mask=in_buffer, other=0)
-    raw = tl.load(raw_ptr + rows, mask=in_buffer, other=0)
-    live = live_rows(rows, offsets_ptr, request_slots, S_PAD)
-    return in_buffer & live & (pos % 2 == 1) & (raw != 0)
+    starts, ends = request_slot_table(offsets_ptr, request_slots, S_PAD)
+    pairs = tl.where(tl.arange(0, S_PAD) < request_slots, (ends - starts + 1) // 2, 0)
+    first_pair = tl.cumsum(pairs, axis=0) - pairs
+    return starts, ends, pairs, first_pair
 
 
 @triton.jit
-def lane_rows(block_lo, lanes, parity, STRIDE: tl.constexpr):
-    """The row each lane looks at in one pass over a block: ``block_lo + STRIDE * lane + parity``.
+def lane_rows(block, offsets_ptr, pos_ptr, req_ptr, raw_ptr, request_slots, num_rows, LANES: tl.constexpr,
+              GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    """The group row each lane computes, with its ``pos``, ``req`` and ``raw_out_loc``: four ``[LANES]`` int64.
 
-    ``STRIDE`` is 1 for a block of 16 rows (one pass, a lane a row: ``tl.dot`` needs 16 lanes) and
-    2 for larger blocks (a pass over the even rows, ``parity`` 0, and one over the odd rows).
+    Lane ``t`` of block ``b`` takes the batch's pair number ``b * GROUPS + t``, found in the request
+    whose pairs hold it, and computes the pair's row at an odd ``pos``. Both rows' ``pos``, ``req``
+    and ``raw_out_loc`` are loaded at once (one trip to memory, not two). A lane past ``GROUPS``
+    (``tl.dot`` needs 16 lanes) or past the batch's last pair gets ``num_rows``: past the buffer, so
+    it loads and stores nothing; so does a lane whose pair has no odd position (a request's last
+    row, alone and at an even position).
     """
-    return block_lo + STRIDE * lanes.to(tl.int64) + parity
+    lane = tl.arange(0, LANES)
+    p = block * GROUPS + lane.to(tl.int64)
+    starts, ends, pairs, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
+    # [S_PAD, LANES]: each lane's pair number inside each request (the request slots down the
+    # tile: summed over axis 0, the lanes' rows come out in the layout the lanes' tiles use).
+    k = p[None, :] - first_pair[:, None]
+    mine = (k >= 0) & (k < pairs[:, None])
+    first = tl.sum(tl.where(mine, starts[:, None] + 2 * k, 0), axis=0)  # the pair's first row
+    end = tl.sum(tl.where(mine, ends[:, None], 0), axis=0)  # one past its request's last row
+    busy = (tl.max(mine.to(tl.int32), axis=0) != 0) & (lane < GROUPS)
+    a = busy & (first < num_rows)
+    b = a & (first + 1 < end)
+    pos_a = tl.load(pos_ptr + first, mask=a, other=0)
+    pos_b = tl.load(pos_ptr + first + 1, mask=b, other=0)
+    req_a = tl.load(req_ptr + first, mask=a, other=0)
+    req_b = tl.load(req_ptr + first + 1, mask=b, other=0)
+    raw_a = tl.load(raw_ptr + first, mask=a, other=0)
+    raw_b = tl.load(raw_ptr + first + 1, mask=b, other=0)
+    take_a = a & (pos_a % 2 == 1)
+    take_b = b & (pos_b % 2 == 1) & ~take_a
+    rows = tl.where(take_a, first, tl.where(take_b, first + 1, num_rows))
+    return (rows, tl.where(take_a, pos_a, pos_b), tl.where(take_a, req_a, req_b),
+            tl.where(take_a, raw_a, tl.where(take_b, raw_b, 0)))
+
+
+@triton.jit
+def group_rows(rows, pos, raw, offsets_ptr, request_slots, num_rows, S_PAD: tl.constexpr):
+    """``[N]`` bool: each lane's row (``[N]`` int64, with its ``pos`` and ``raw_out_loc``) completes a group.
+
+    A group completes at a live row of odd ``pos``. ``raw_out_loc == 0`` marks a padding row: it
+    never stores, even if the offsets claimed it. Rows past the buffer complete nothing.
+    """
+    live = live_rows(rows, offsets_ptr, request_slots, S_PAD)
+    return (rows < num_rows) & live & (pos % 2 == 1) & (raw != 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,17 +162,15 @@ def lane_rows(block_lo, lanes, parity, STRIDE: tl.constexpr):
 
 
 @triton.jit
-def partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots, num_rows,
-             D: tl.constexpr, RING: tl.constexpr, S_PAD: tl.constexpr):
-    """``[N]`` pointers to the ``| kv | score |`` row of each lane's group row, and of its partner.
+def partners(projected_ptr, ring_ptr, rows, pos, req, offsets_ptr, request_slots, D: tl.constexpr,
+             RING: tl.constexpr, S_PAD: tl.constexpr):
+    """``[N]`` pointers to the ``| kv | score |`` row of each lane's group row, and of its partner
+    (``rows``, ``pos``, ``req``: ``[N]`` int64, the lanes' rows and what they hold).
 
     The partner is the previous row of the buffer, except for the first row of a request (a
     chunk that starts at an odd position): its partner is the ring row an earlier chunk parked,
     ``req * RING + (pos - 1) % RING``.
     """
-    in_buffer = rows < num_rows
-    pos = tl.load(pos_ptr + rows, mask=in_buffer, other=1)
-    req = tl.load(req_ptr + rows, mask=in_buffer, other=0)
     cur = projected_ptr + rows * (2 * D)
     ring_row = ring_ptr + (req * RING + (pos - 1) % RING) * (2 * D)
     first = first_rows(rows, offsets_ptr, request_slots, S_PAD)
@@ -195,8 +236,36 @@ def rope(x, c, s):
 
 
 @triton.jit
+def row_sum(x, LOG2_N: tl.constexpr):
+    """Each row of ``x`` (``[N, 2**LOG2_N]`` fp32) summed in one fixed order: neighbouring columns
+    in pairs, then neighbouring pairs, and so on (``((x0 + x1) + (x2 + x3)) + ...``).
+
+    ``tl.sum`` adds in the order its threads hold the values, and that order changes with the
+    number of warps: the same kernel with 4 or 8 warps would round some sums differently, and a
+    request's caches would depend on the bucket its chunk lands in. Written as elementwise adds of
+    halves, the sum is the same, to the bit, for any number of warps, compiled or interpreted.
+    """
+    for _ in tl.static_range(LOG2_N):
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
+def row_sum_in_order(x, N: tl.constexpr):
+    """Each row of ``x`` (``[rows, N]`` fp32) summed column by column, ``((x0 + x1) + x2) + ...``:
+    a product with a ``[N, 16]`` tile of ones on the CUDA cores (``input_precision="ieee"``: fp32
+    fused multiply-adds, each output accumulated over ``N`` in order, whatever the warps), every
+    column of it the same sum. For a tile in the tensor cores' layout (the index key), where
+    :func:`row_sum`'s halving would cost many registers.
+    """
+    sums = tl.dot(x, tl.full((N, 16), 1.0, tl.float32), input_precision="ieee")
+    return tl.max(sums, axis=1)  # 16 equal values: their max is each of them
+
+
+@triton.jit
 def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CHUNK: tl.constexpr,
-                         GATE_STAGES: tl.constexpr):
+                         LOG2_CHUNK: tl.constexpr, GATE_STAGES: tl.constexpr):
     """Pass A: each lane's group gated ``CHUNK`` columns at a time, rounded to bf16 and stored in
     ``latent`` at the group row, not yet normalised; returns each lane's sum of squares ``[N]`` fp32.
 
@@ -204,17 +273,18 @@ def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CH
     time: few registers a thread, so many programs fit on an SM and hide each other's loads.
     ``GATE_STAGES`` pipelines the sweep: the loads of the next ``GATE_STAGES - 1`` chunks are on
     their way (into shared memory) while this chunk's math runs; under the interpreter it is a
-    plain loop.
+    plain loop. The squares are added up column by column over the chunks, then across the
+    columns by :func:`row_sum`: one order of additions, whatever the warps.
     """
     m = group[:, None]
-    sum_sq = tl.full((rows.shape[0],), 0.0, tl.float32)
+    squares = tl.full((rows.shape[0], CHUNK), 0.0, tl.float32)  # column c: squares of columns c, c + CHUNK, ...
     for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
         cols = c0 + tl.arange(0, CHUNK)
         x = to_bf16(gate(cur, prev, group, cols, D))
         tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=m)
         x = x.to(tl.float32)
-        sum_sq += tl.sum(x * x, axis=1)
-    return sum_sq
+        squares += x * x
+    return row_sum(squares, LOG2_CHUNK)
 
 
 @triton.jit
@@ -255,7 +325,7 @@ def index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_p
     """The index key ``k`` (``[N, I]`` fp32) rounded to bf16, RMSNorm with ``k_norm_w``, RoPE on
     its last ``ROPE`` dims, stored in the index-K cache at the c2 slot."""
     k = to_bf16(k).to(tl.float32)
-    inv_rms = tl.rsqrt(tl.sum(k * k, axis=1) / I + eps)
+    inv_rms = tl.rsqrt(row_sum_in_order(k * k, I) / I + eps)
     j = tl.arange(0, I)
     c, s = rope_angles(group_pos, inv_freq_ptr, tl.arange(0, I // 2), (I - ROPE) // 2, ROPE)
     key = rope(rms_norm(k, inv_rms, k_norm_w_ptr, j, j < I), c, s)
@@ -264,18 +334,20 @@ def index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_p
 
 @triton.jit
 def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots,
-                 block_lo, num_rows, D: tl.constexpr, RING: tl.constexpr, RING_PAD: tl.constexpr,
-                 BLOCK_M: tl.constexpr, S_PAD: tl.constexpr):
+                 block, num_rows, D: tl.constexpr, RING: tl.constexpr, RING_PAD: tl.constexpr,
+                 GROUPS: tl.constexpr, S_PAD: tl.constexpr):
     """Park each request's last ``min(count, RING)`` rows at ring row ``req * RING + pos % RING``.
 
-    A block parks the requests whose FIRST row is in it. Only a request's first row reads that
-    request's ring rows, and this program read them in pass A, before the barrier: no program
-    can race with these writes. Starts never decrease, so those requests are the request slots
-    ``[lo, hi)``: a loop with run-time bounds.
+    A block parks the requests whose first pair is one of its lanes' (a request with no rows: the
+    number its first pair would have had). Only a request's first row reads that request's ring
+    rows, in its first pair's lane, and this program read them in pass A, before the barrier: no
+    program can race with these writes. First pair numbers never decrease, so those requests are
+    the request slots ``[lo, hi)``: a loop with run-time bounds.
     """
-    starts, _ = request_slot_table(offsets_ptr, request_slots, S_PAD)
-    lo = tl.sum((starts < block_lo).to(tl.int32), axis=0)
-    hi = tl.sum((starts < block_lo + BLOCK_M).to(tl.int32), axis=0)
+    _, _, _, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
+    first_pair = tl.where(tl.arange(0, S_PAD) < request_slots, first_pair, NO_ROW)
+    lo = tl.sum((first_pair < block * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (block + 1) * GROUPS).to(tl.int32), axis=0)
     j = tl.arange(0, RING_PAD)
     both = tl.arange(0, 2 * D)  # | kv | score |
     for r in range(lo, hi):
@@ -284,11 +356,12 @@ def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr
         n_park = tl.minimum(count, RING)
         src = start + count - n_park + j  # the request's last rows
         ok = (j < n_park) & (src < num_rows)
+        # The rows and what they hold, in one trip to memory: the rows' loads need only ``src``.
+        rows = tl.load(projected_ptr + src[:, None] * (2 * D) + both[None, :], mask=ok[:, None])
         pos = tl.load(pos_ptr + src, mask=ok, other=0)
         req = tl.load(req_ptr + src, mask=ok, other=0)
         ok = ok & (tl.load(raw_ptr + src, mask=ok, other=0) != 0)  # a padding row parks nothing
         dst = req * RING + pos % RING
-        rows = tl.load(projected_ptr + src[:, None] * (2 * D) + both[None, :], mask=ok[:, None])
         tl.store(ring_ptr + dst[:, None] * (2 * D) + both[None, :], rows, mask=ok[:, None])
 
 
@@ -309,41 +382,30 @@ def fused_compress_kernel(
     latent_ptr,  # [T, D] bf16: the pre-RoPE latents
     num_rows, request_slots, num_blocks, eps,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
-    BLOCK_M: tl.constexpr, LANES: tl.constexpr, STRIDE: tl.constexpr, CHUNK: tl.constexpr,
-    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr,
-    S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
+    GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
+    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
 ):
-    # The grid depends only on static sizes (the buffer's blocks, the SMs): the extend offsets,
-    # read here from a tensor, decide which lanes do any work. A graph can capture this launch.
+    # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
+    # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
+    # capture this launch.
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
-        block_lo = block * BLOCK_M
-        # Blocks of 16 rows: one pass, a lane a row. Larger blocks: a pass over their even rows,
-        # then one over their odd rows, each skipped where no row of its parity completes a group
-        # (inside one request every other row does: one pass is usually enough).
-        first_pass, end_pass = 0, 1
-        if STRIDE == 2:
-            block_rows = block_lo + tl.arange(0, BLOCK_M)
-            completes = group_rows(block_rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-            first_pass = 1 - tl.max((completes & (block_rows % 2 == 0)).to(tl.int32), axis=0)
-            end_pass = 1 + tl.max((completes & (block_rows % 2 == 1)).to(tl.int32), axis=0)
-        for parity in range(first_pass, end_pass):
-            rows = lane_rows(block_lo, tl.arange(0, LANES), parity, STRIDE)
-            group = group_rows(rows, offsets_ptr, request_slots, pos_ptr, raw_ptr, num_rows, S_PAD)
-            cur, prev = partners(projected_ptr, ring_ptr, pos_ptr, req_ptr, rows, offsets_ptr, request_slots,
-                                 num_rows, D, RING, S_PAD)
-            in_buffer = rows < num_rows
-            cache_slot = tl.load(raw_ptr + rows, mask=in_buffer, other=0) // 2  # the group's c2 slot
-            group_pos = (tl.load(pos_ptr + rows, mask=in_buffer, other=1) - 1).to(tl.float32)
+        rows, pos, req, raw = lane_rows(block, offsets_ptr, pos_ptr, req_ptr, raw_ptr, request_slots, num_rows,
+                                        LANES, GROUPS, S_PAD)
+        group = group_rows(rows, pos, raw, offsets_ptr, request_slots, num_rows, S_PAD)
+        if tl.max(group.to(tl.int32), axis=0) != 0:  # a block past the batch's last pair skips the passes
+            cur, prev = partners(projected_ptr, ring_ptr, rows, pos, req, offsets_ptr, request_slots, D, RING, S_PAD)
+            cache_slot = raw // 2  # the group's c2 slot
+            group_pos = (pos - 1).to(tl.float32)
             # Pass A: gate, and the sum of squares the RMSNorm needs before it can scale any column.
-            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, GATE_STAGES)
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES)
             inv_rms = tl.rsqrt(sum_sq / D + eps)
             # Pass B reads the gated rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()
             k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
                                      cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
             index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps, I, ROPE)
-        park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block_lo,
-                     num_rows, D, RING, RING_PAD, BLOCK_M, S_PAD)
+        park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, offsets_ptr, request_slots, block,
+                     num_rows, D, RING, RING_PAD, GROUPS, S_PAD)
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,8 +425,9 @@ class Stage(NamedTuple):
 STAGES: tuple[Stage, ...] = (
     Stage("rows inside a request", live_rows, (torch_path.previous_row_is_partner,)),
     Stage("first rows of requests", first_rows, (torch_path.ring_read_rows,)),
+    Stage("pairs of rows", pair_table, ()),
+    Stage("the group of each lane", lane_rows, ()),
     Stage("group rows", group_rows, ()),
-    Stage("rows of a pass", lane_rows, ()),
     Stage("partners", partners, (torch_path.pair_partners,)),
     Stage("gate", gate, (torch_path.gate,)),
     Stage("RMSNorm", rms_norm, (torch_path.finish, torch_path.rms_norm)),

@@ -2,60 +2,57 @@
 
 Every row's facts (does it complete a group, where is its partner, is it parked, its request
 slot) come from the one row plan, :func:`~c2graph.compressor.rows.plan_rows`; this module only
-shares the rows out the way :mod:`~c2graph.compressor.fused_kernel` does: blocks of ``block_m``
-rows, one program each; a pass over the block's even rows and one over its odd rows, lane ``t``
-on row ``2t + parity``, a pass skipped where no row of its parity completes a group; the parks of
-each request by the block holding its first row.
+shares the work out the way :mod:`~c2graph.compressor.fused_kernel` does: each request's rows cut
+into pairs (rows 0 and 1, 2 and 3, ...), the batch's pairs numbered in row order, blocks of
+``groups`` of them, one program each, lane ``t`` of block ``b`` on pair ``b * groups + t``,
+computing the pair's group row (its row at an odd position); each request parked by the block
+that holds its first pair.
 """
 
 from __future__ import annotations
 
 from .batch import ExtendBatch
-from .fused import BLOCK_M, block_lanes
+from .fused import GROUPS, KernelBlocks, grid_blocks
 from .rows import Partner, plan_rows
 
 
-def program_plan(batch: ExtendBatch, ring_size: int, block_m: int = BLOCK_M) -> list[dict]:
-    """The kernel's decisions for ``batch``, program by program (one program a block of ``block_m`` rows).
+def program_plan(batch: ExtendBatch, ring_size: int, groups: int = GROUPS) -> list[dict]:
+    """The kernel's decisions for ``batch``, program by program (one program a block of ``groups`` pairs).
 
-    One dict per program:
+    One dict per program, for every block of the grid (:func:`~c2graph.compressor.fused.grid_blocks`):
 
-    - ``rows``: its block of rows (a ``range``)
-    - ``passes``: ``{parity: lanes}`` for the passes the program runs (0: its even rows, 1: its
-      odd rows), ``lanes`` the row each lane computes (``None``: its row completes no group)
-    - ``groups``: the rows that store a latent, in row order
+    - ``lanes``: the group row each lane computes (``None``: an idle lane: past ``groups``, past
+      the batch's last pair, or on a pair with no odd position)
+    - ``groups``: the rows that store a latent, in row order (the busy lanes)
+    - ``rows``: the rows the program reads, its first group's partner to its last group row (a
+      ``range``; empty for a program with no group)
     - ``from_ring``: the group rows whose partner is a ring row
     - ``parks``: ``{ring row: batch row}`` it writes, for ``parked_slots``: the request slots
-      whose first row is in its block
+      whose first pair is one of its lanes'
 
-    ``block_m`` defaults to the ``tiny`` preset's; a ``dsv41`` layer's is
-    ``kernel_blocks(cfg.D, batch.num_rows).block_m``. Reads the batch's tensors (a host sync): for pictures and
-    checks, never inside a capture.
+    ``groups`` defaults to the ``tiny`` preset's; a ``dsv41`` layer's is
+    ``kernel_blocks(cfg.D, batch.num_rows).groups``. Reads the batch's tensors (a host sync): for
+    pictures and checks, never inside a capture.
     """
     plan = plan_rows(batch, ring_size)
-    lanes = block_lanes(block_m)
-    stride = block_m // lanes  # 1: one pass takes every row; 2: a pass over even rows, one over odd
-    first_row = {}  # request slot -> its first row
-    for r in plan.rows:
-        if r.request_slot is not None:
-            first_row.setdefault(r.request_slot, r.row)
+    lanes = KernelBlocks(groups=groups, chunk=1, block_k=1, num_warps=1).lanes
+    pair_rows, first_pair = [], {}  # each pair's group row (or None), in order; request slot -> its first pair
+    for slot, span in enumerate(plan.request_rows):
+        first_pair[slot] = len(pair_rows)
+        for i in range(0, len(span), 2):
+            pair_rows.append(next((row for row in span[i:i + 2] if plan.rows[row].completes_group), None))
     programs = []
-    for lo in range(0, batch.num_rows, block_m):
-        block = range(lo, min(lo + block_m, batch.num_rows))
-
-        def lanes_of(parity):
-            rows = [lo + stride * t + parity for t in range(lanes)]
-            return [r if r in block and plan.rows[r].completes_group else None for r in rows]
-
-        passes = {parity: lanes_of(parity) for parity in range(stride)}
-        passes = {parity: rows for parity, rows in passes.items() if any(r is not None for r in rows)}
-        groups = sorted(r for rows in passes.values() for r in rows if r is not None)
-        slots = sorted(s for s, row in first_row.items() if row in block)
+    for b in range(grid_blocks(batch.num_rows, batch.request_slots, groups)):
+        mine = [b * groups + t for t in range(lanes)]
+        lane_rows = [pair_rows[p] if t < groups and p < len(pair_rows) else None for t, p in enumerate(mine)]
+        rows = [r for r in lane_rows if r is not None]
+        slots = [s for s, p in first_pair.items() if b * groups <= p < (b + 1) * groups]
         programs.append({
-            "rows": block,
-            "passes": passes,
-            "groups": groups,
-            "from_ring": [r for r in groups if plan.rows[r].partner is Partner.RING],
+            "lanes": lane_rows,
+            "groups": rows,
+            "rows": range(rows[0] - (plan.rows[rows[0]].partner is Partner.PREVIOUS_ROW), rows[-1] + 1)
+            if rows else range(0),
+            "from_ring": [r for r in rows if plan.rows[r].partner is Partner.RING],
             "parks": {ring: row for ring, row in plan.parked.items() if plan.rows[row].request_slot in slots},
             "parked_slots": slots,
         })

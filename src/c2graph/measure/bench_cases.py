@@ -88,8 +88,9 @@ def make_case(cfg: Config, rows: int, device: torch.device, *, cache_bytes: int,
     longest = max(prefix + n for _, prefix, n in requests)
     allocator = ReqToTokenPool(cfg, REQUESTS[1], longest, seed=seed)
     batch = ExtendBatch.build(requests, allocator, request_slots=REQUESTS[1], pad_to=rows, device=device)
-    # Each block of rows of the fused kernel reads the weights: ask the kernel's own plan how many.
-    programs = len(program_plan(batch, cfg.ring_size, block_m=kernel_blocks(cfg.D, batch.num_rows).block_m))
+    # Each program of the fused kernel that has groups reads the weights: ask the kernel's own plan how many.
+    plan = program_plan(batch, cfg.ring_size, groups=kernel_blocks(cfg.D, batch.num_rows).groups)
+    programs = sum(bool(p["groups"]) for p in plan)
     min_bytes = sum(minimum_bytes(cfg, batch, programs=programs).values())
     floor_bytes = sum(minimum_bytes(cfg, batch).values())
     fewest, most = copies

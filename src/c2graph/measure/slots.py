@@ -3,8 +3,9 @@
 :func:`compare_slots` walks the batch's row plan (:meth:`ExtendBatch.plan`): every c2 slot a group
 row stores and every ring row a row is parked into, with the row that writes it and whether the
 graph's bytes equal eager's, differ, or still hold the poison both pools were filled with (never
-written). Given what the graph really read (``frozen_offsets``, ``grid_rows``, ``rings_before``),
-it also says why a group went wrong: the partner the frozen offsets gave it, a grid that stopped
+written). Given what the graph really read (``frozen_offsets``, ``grid_pairs``, ``rings_before``),
+it also says why a group went wrong: the partner the frozen offsets gave it (or that they gave
+it no lane), a grid that stopped
 short of it, or a partner ring row that already differed before the batch.
 """
 
@@ -96,7 +97,7 @@ def compare_slots(
     *,
     poison: float = 123.0,
     frozen_offsets: torch.Tensor | None = None,
-    grid_rows: int | None = None,
+    grid_pairs: int | None = None,
     rings_before: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> SlotReport:
     """After the same batch ran in a graph and eagerly: each c2 slot it writes and ring row it parks,
@@ -106,19 +107,25 @@ def compare_slots(
     A c2 slot is equal when both caches (``kv_cache`` and ``index_k``) are bitwise equal there.
     Each c2 slot's ``why`` is filled from what the graph really read, where given:
     ``frozen_offsets`` (``[2, request_slots]`` int32, the offsets a frozen graph replays),
-    ``grid_rows`` (the rows a frozen grid covers), ``rings_before`` (the graph's and eager's ring,
+    ``grid_pairs`` (how many of the batch's pairs of rows a frozen grid computes: its blocks times
+    their pairs), ``rings_before`` (the graph's and eager's ring,
     ``[ring rows, 2 * D]`` fp32 each, as they were before the batch).
     """
     _check_pools(graph_pools, eager_pools)
     plan = plan_rows(batch, ring_size)
     frozen = frozen_offsets.cpu().tolist() if frozen_offsets is not None else None
+    pos = batch.pos.cpu().tolist() if frozen is not None else None
+    number, seen = {}, 0  # each row's pair number: a request's rows 0 and 1, 2 and 3, ..., in row order
+    for span in plan.request_rows:
+        number.update({row: seen + (row - span.start) // 2 for row in span})
+        seen += (len(span) + 1) // 2
     slots, ring = [], []
     for r in plan.rows:
         if r.c2_slot is not None:
             c2 = r.c2_slot
             state = _state([graph_pools.kv_cache[c2], graph_pools.index_k[c2]],
                            [eager_pools.kv_cache[c2], eager_pools.index_k[c2]], poison)
-            why = _why(r, ring_size, poison, frozen, grid_rows, rings_before)
+            why = _why(r, number[r.row], ring_size, poison, frozen, pos, grid_pairs, rings_before)
             slots.append(SlotState(C2_SLOT, c2, r, state, why))
         if r.parked_in is not None:
             k = r.parked_in
@@ -145,14 +152,21 @@ def _check_pools(graph_pools, eager_pools) -> None:
                              "expected the same pools")
 
 
-def partner_under(offsets: Sequence[Sequence[int]], r: RowPlan, ring_size: int) -> tuple[Partner, int | None]:
+def partner_under(offsets: Sequence[Sequence[int]], r: RowPlan, ring_size: int,
+                  pos: Sequence[int]) -> tuple[Partner, int | None]:
     """Where group row ``r``'s partner comes from when the kernel reads ``offsets`` (``[2, request
-    slots]`` as lists, e.g. the offsets a frozen graph replays) instead of the batch's own:
-    ``(Partner.PREVIOUS_ROW, batch row)``, ``(Partner.RING, ring row)`` (the kernel takes the ring
-    row from the row's own ``req`` and ``pos``), or ``(Partner.PADDING, None)`` when the offsets
-    put the row in no request (the kernel skips it)."""
+    slots]`` as lists, e.g. the offsets a frozen graph replays) instead of the batch's own, ``pos``
+    being the batch's ``pos`` (a list, every row): ``(Partner.PREVIOUS_ROW, batch row)``,
+    ``(Partner.RING, ring row)`` (the kernel takes the ring row from the row's own ``req`` and
+    ``pos``), ``(Partner.PADDING, None)`` when the offsets put the row in no request, or
+    ``(Partner.NONE_EVEN, None)`` when no lane computes it: the kernel cuts each request of the
+    offsets into pairs of rows and computes the first row of a pair at an odd position, and
+    under these offsets ``r`` is the second row of a pair whose first is odd too."""
     for start, count in zip(*offsets):
         if start <= r.row < start + count:
+            pair = start + 2 * ((r.row - start) // 2)
+            if r.row != pair and pos[pair] % 2 == 1:
+                return Partner.NONE_EVEN, None
             if r.row > start:
                 return Partner.PREVIOUS_ROW, r.row - 1
             return Partner.RING, r.req * ring_size + (r.pos - 1) % ring_size
@@ -163,14 +177,17 @@ def _planned_partner(r: RowPlan) -> tuple[Partner, int | None]:
     return r.partner, (r.partner_row if r.partner is Partner.PREVIOUS_ROW else r.partner_ring_row)
 
 
-def _why(r: RowPlan, ring_size: int, poison: float, frozen, grid_rows, rings_before) -> str:
-    """What the graph did differently for the group of ``r`` (empty when nothing is known)."""
-    if grid_rows is not None and r.row >= grid_rows:
-        return f"past the grid\nof {grid_rows} rows"
+def _why(r: RowPlan, number: int, ring_size: int, poison: float, frozen, pos, grid_pairs, rings_before) -> str:
+    """What the graph did differently for the group of ``r``, in the batch's pair of rows ``number``
+    (empty when nothing is known)."""
+    if grid_pairs is not None and number >= grid_pairs:
+        return f"pair {number}: past\nthe grid's {grid_pairs}"
     if frozen is not None:
-        used = partner_under(frozen, r, ring_size)
+        used = partner_under(frozen, r, ring_size, pos)
         if used != _planned_partner(r):
             kind, index = used
+            if kind is Partner.NONE_EVEN:
+                return "graph computed\nno group here"
             words = {Partner.PREVIOUS_ROW: f"row {index}", Partner.RING: f"ring row {index}",
                      Partner.PADDING: "nothing\n(no request)"}[kind]
             return f"graph used:\n{words}"

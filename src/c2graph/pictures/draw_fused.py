@@ -17,7 +17,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ..compressor.batch import ExtendBatch
-from ..compressor.fused import BLOCK_M
+from ..compressor.fused import GROUPS
+from ..compressor.programs import program_plan
 from ..compressor.rows import Partner, plan_rows
 from .style import (
     CATEGORY_COLOURS,
@@ -36,6 +37,7 @@ from .style import (
 )
 
 _BAND = "#EFEFEF"
+_BAND_ODD = "#DDE5EE"
 
 
 def _points_per_unit(fig: Figure, lo: float, hi: float) -> float:
@@ -116,7 +118,7 @@ def draw_extend_offsets(batch: ExtendBatch, title: str | None = None) -> Figure:
 
 
 def draw_programs(
-    batch: ExtendBatch, ring_size: int, block_m: int = BLOCK_M, title: str | None = None
+    batch: ExtendBatch, ring_size: int, groups: int = GROUPS, title: str | None = None
 ) -> Figure:
     """Which program handles which rows, and where each group row's partner comes from.
 
@@ -124,7 +126,8 @@ def draw_programs(
     black edge. A grey arc joins a group row to its partner in the previous row; a solid arrow
     brings the partner from the ring (the first row of a request that starts at an odd
     position). Dashed arrows park each request's last rows in the ring, written by the program
-    that owns the request's first row. Shaded bands are the programs, ``block_m`` rows each.
+    that owns the request's first pair of rows. Shaded bands are the programs, ``groups`` pairs of
+    rows each: the rows each reads, its first group's partner to its last group row.
     """
     plan = plan_rows(batch, ring_size)
     T = batch.num_rows
@@ -132,11 +135,15 @@ def draw_programs(
     ax = fig.subplots()
     lo_x, hi_x = -4.5, T + 0.5
     ppu = _points_per_unit(fig, lo_x, hi_x)
-    for b, lo in enumerate(range(0, T, block_m)):
-        hi = min(lo + block_m, T)
-        ax.add_patch(Rectangle((lo, -1.55), hi - lo, 6.3, facecolor=_BAND if b % 2 == 0 else "white",
+    programs = program_plan(batch, ring_size, groups)
+    for b, program in enumerate(programs):
+        if not program["rows"]:
+            continue
+        lo, hi = program["rows"].start, program["rows"].stop
+        ax.add_patch(Rectangle((lo, -1.55), hi - lo, 6.3, facecolor=_BAND if b % 2 == 0 else _BAND_ODD,
                                edgecolor="none", zorder=0))
-        for text in (f"program {b}: rows {lo}..{hi - 1}", f"program {b}", str(b)):
+        n = len(program["groups"])
+        for text in (f"program {b}: {n} groups", f"program {b}", str(b)):
             if text_width(text, MIN_FONT) <= (hi - lo) * ppu - 2:
                 ax.text((lo + hi) / 2, -1.35, text, ha="center", fontsize=MIN_FONT)
                 break
@@ -175,12 +182,13 @@ def draw_programs(
     ax.set_xlim(lo_x, hi_x)
     ax.set_ylim(-1.6, 4.7)
     ax.set_axis_off()
-    default = (f"{-(-T // block_m)} programs of BLOCK_M = {block_m} rows. Cells: pos; black edge: a group row "
-               "(odd pos); hatched: padding")
+    busy = sum(bool(p["groups"]) for p in programs)
+    default = (f"{len(programs)} programs of GROUPS = {groups} pairs of rows ({busy} with groups). Cells: pos; "
+               "black edge: a group row (odd pos); hatched: padding")
     ax.set_title(title or default, fontsize=TITLE_FONT, loc="left")
     handles = [Line2D([], [], color="dimgrey", label="partner: previous row"),
                Line2D([], [], color=EDGE, lw=1.5, label="partner: ring row (read first)"),
-               Line2D([], [], color=EDGE, ls="--", label="parked (last, by the first row's program)")]
+               Line2D([], [], color=EDGE, ls="--", label="parked (last, by the first pair's program)")]
     legend_below(fig, handles, ncol=3)
     return fig
 

@@ -286,7 +286,7 @@ def draw_graph_nodes(graphs: Mapping[str, Sequence[str]], *, top: int = 6, liste
 
 def draw_wrong_slots(graph_pools: Pools, eager_pools: Pools, batch: ExtendBatch, ring_size: int, *,
                      poison: float = 123.0, frozen_offsets: torch.Tensor | None = None,
-                     grid_rows: int | None = None, rings_before: tuple[torch.Tensor, torch.Tensor] | None = None,
+                     grid_pairs: int | None = None, rings_before: tuple[torch.Tensor, torch.Tensor] | None = None,
                      title: str | None = None) -> Figure:
     """Which places a replayed batch got wrong, and which row writes each (:func:`compare_slots`).
 
@@ -294,11 +294,11 @@ def draw_wrong_slots(graph_pools: Pools, eager_pools: Pools, batch: ExtendBatch,
     it, the row and pos that write it; above it, where that row's partner comes from. Bottom: the
     ring rows the batch parks. Under each run of cells, the request slot that writes them, in its
     colour. A cell's face says its state: white equal to eager, black differs, grey and hatched
-    never written (still ``poison``). ``frozen_offsets``, ``grid_rows`` and ``rings_before`` (see
+    never written (still ``poison``). ``frozen_offsets``, ``grid_pairs`` and ``rings_before`` (see
     :func:`compare_slots`) add, above a group, what the graph did differently there.
     """
     report = compare_slots(graph_pools, eager_pools, batch, ring_size, poison=poison, frozen_offsets=frozen_offsets,
-                           grid_rows=grid_rows, rings_before=rings_before)
+                           grid_pairs=grid_pairs, rings_before=rings_before)
     n = max(len(report.slots), len(report.ring), 1)
     fig = Figure(figsize=(figure_width(0.95 * n + 2.6, 7.5), 5.6), layout="constrained")
     top, bottom = fig.subplots(2, 1, height_ratios=[1.5, 1.0])
