@@ -24,7 +24,7 @@ def program_plan(batch: ExtendBatch, ring_size: int, groups: int = GROUPS) -> li
     - ``lanes``: the group row each lane computes (``None``: an idle lane: past ``groups``, past
       the batch's last pair, or on a pair with no odd position)
     - ``groups``: the rows that store a latent, in row order (the busy lanes)
-    - ``rows``: the rows the program reads, its first group's partner to its last group row (a
+    - ``rows``: the rows its lanes read, its first group's partner to its last group row (a
       ``range``; empty for a program with no group)
     - ``from_ring``: the group rows whose partner is a ring row
     - ``parks``: ``{ring row: batch row}`` it writes, for ``parked_slots``: the request slots

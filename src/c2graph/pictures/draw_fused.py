@@ -127,7 +127,7 @@ def draw_programs(
     brings the partner from the ring (the first row of a request that starts at an odd
     position). Dashed arrows park each request's last rows in the ring, written by the program
     that owns the request's first pair of rows. Shaded bands are the programs, ``groups`` pairs of
-    rows each: the rows each reads, its first group's partner to its last group row.
+    rows each: the rows its lanes read, its first group's partner to its last group row.
     """
     plan = plan_rows(batch, ring_size)
     T = batch.num_rows
