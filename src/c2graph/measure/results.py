@@ -9,7 +9,7 @@
 - ``launch_us``: ``{"eager": one small eager launch, "graph": one replay of a one-node graph}``, µs;
 - ``complete``: false while the run is still writing (a run stopped early keeps what it measured);
 - ``cases``: one per row count: ``rows``, ``live_rows``, ``requests``, ``odd_prefixes``,
-  ``programs`` (blocks of rows of the fused kernel, each reading the weights), ``min_bytes`` (the
+  ``programs`` (blocks of the fused kernel that hold a group, each reading the weights), ``min_bytes`` (the
   bytes the fused kernel must move: the step's, with the weights read once per program),
   ``floor_bytes`` (the step's, weights read once: what any implementation must move) and
   ``copies`` (input sets rotated so that no input stays in the L2 cache);
