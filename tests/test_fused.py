@@ -359,6 +359,9 @@ def test_program_plan_matches_the_batch():
     # Pairs of rows: request 0 (rows 0..5, pos 3..8) three, its groups at rows 0, 2, 4; request 1
     # (rows 6..20, pos 0..14) eight, the last (row 20, pos 14, alone) without a group; request 2
     # (rows 21..32, pos 9..20) six, groups at rows 21, 23, .., 31. 17 pairs: blocks of 8 pairs.
+    pairs = batch.plan(2).pairs
+    assert len(pairs) == 17 and pairs[:4] == [range(0, 2), range(2, 4), range(4, 6), range(6, 8)]
+    assert pairs[10] == range(20, 21) and pairs[11] == range(21, 23)  # request 1's last row, alone
     assert plan[0]["lanes"] == [0, 2, 4, 7, 9, 11, 13, 15] + [None] * 8
     assert plan[1]["lanes"] == [17, 19, None, 21, 23, 25, 27, 29] + [None] * 8
     assert plan[2]["lanes"] == [31] + [None] * 15

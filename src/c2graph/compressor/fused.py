@@ -69,8 +69,13 @@ class KernelBlocks:
 
     @property
     def lanes(self) -> int:
-        """Lanes of the block's tiles: ``groups``, or 16 (``tl.dot``'s smallest tile) if fewer."""
-        return max(16, self.groups)
+        return block_lanes(self.groups)
+
+
+def block_lanes(groups: int) -> int:
+    """Lanes of a block's tiles, one pair of rows each: ``groups``, or 16 (``tl.dot``'s smallest
+    tile) if fewer."""
+    return max(16, groups)
 
 
 SMALL_BLOCKS = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=4)

@@ -12,7 +12,7 @@ that holds its first pair.
 from __future__ import annotations
 
 from .batch import ExtendBatch
-from .fused import GROUPS, KernelBlocks, grid_blocks
+from .fused import GROUPS, block_lanes, grid_blocks
 from .rows import Partner, plan_rows
 
 
@@ -35,12 +35,11 @@ def program_plan(batch: ExtendBatch, ring_size: int, groups: int = GROUPS) -> li
     pictures and checks, never inside a capture.
     """
     plan = plan_rows(batch, ring_size)
-    lanes = KernelBlocks(groups=groups, chunk=1, block_k=1, num_warps=1).lanes
-    pair_rows, first_pair = [], {}  # each pair's group row (or None), in order; request slot -> its first pair
-    for slot, span in enumerate(plan.request_rows):
-        first_pair[slot] = len(pair_rows)
-        for i in range(0, len(span), 2):
-            pair_rows.append(next((row for row in span[i:i + 2] if plan.rows[row].completes_group), None))
+    lanes = block_lanes(groups)
+    pair_rows = [next((row for row in pair if plan.rows[row].completes_group), None) for pair in plan.pairs]
+    first_pair = {}  # request slot -> the number of its first pair
+    for p, pair in enumerate(plan.pairs):
+        first_pair.setdefault(plan.rows[pair.start].request_slot, p)
     programs = []
     for b in range(grid_blocks(batch.num_rows, batch.request_slots, groups)):
         mine = [b * groups + t for t in range(lanes)]

@@ -93,6 +93,13 @@ class BatchPlan:
         return self.batch.row_ranges()
 
     @property
+    def pairs(self) -> list[range]:
+        """The batch's pairs of rows, numbered in row order: each request's rows 0 and 1, 2 and 3,
+        ... (the last of an odd count alone). Two consecutive positions hold one odd one, so a pair
+        completes at most one group; the fused kernel gives each pair a lane."""
+        return [range(row, min(row + 2, span.stop)) for span in self.request_rows for row in span[::2]]
+
+    @property
     def group_rows(self) -> list[int]:
         """Rows that complete a group (odd ``pos``), in batch order: exactly the rows that store."""
         return [r.row for r in self.rows if r.completes_group]

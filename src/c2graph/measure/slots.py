@@ -115,10 +115,7 @@ def compare_slots(
     plan = plan_rows(batch, ring_size)
     frozen = frozen_offsets.cpu().tolist() if frozen_offsets is not None else None
     pos = batch.pos.cpu().tolist() if frozen is not None else None
-    number, seen = {}, 0  # each row's pair number: a request's rows 0 and 1, 2 and 3, ..., in row order
-    for span in plan.request_rows:
-        number.update({row: seen + (row - span.start) // 2 for row in span})
-        seen += (len(span) + 1) // 2
+    number = {row: p for p, pair in enumerate(plan.pairs) for row in pair}  # each row's pair of rows
     slots, ring = [], []
     for r in plan.rows:
         if r.c2_slot is not None:
