@@ -249,6 +249,52 @@ def test_fp32_torch_path_agrees_with_the_torch_path():
     assert "latent differs" in bench.disagreement(wrong, layer, s)
 
 
+def test_compare_within_the_rows_scale_not_each_values():
+    """A cached value may move by up to 2**-6 of its row's largest value (RoPE turns pairs of dims,
+    so a latent rounded the other way moves a small output as much as a large one); more is wrong."""
+    layer, alloc, pools = make_case(use_fused_gate=False)
+    batch = c2.ExtendBatch.build([(0, 3, 7), (2, 0, 6)], alloc, request_slots=3, pad_to=16)
+    kv, score = c2.project_padded(layer, layer.random_hidden(13, seed=5), batch, fused=False)
+    latent = torch.full((16, layer.cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
+    s = bench_cases.InputSet(batch, pools, torch.cat([kv, score], dim=1), kv, score, latent)
+    slot = batch.c2_slot[batch.c2_slot != 0][0].item()
+
+    def nudged(by):  # the torch path, then one cached value (the row's smallest) moved by ``by`` x the row's largest
+        def fn(layer, kv, score, batch, pools, *, latent_out):
+            c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent_out)
+            row = pools.kv_cache[slot].float()
+            j = int(row.abs().argmin())
+            pools.kv_cache[slot, j] = (row[j] + by * row.abs().max()).to(pools.kv_cache.dtype)
+        return fn
+
+    small, large = 2.0**-8, 2.0**-4
+    assert bench.disagreement(nudged(small), layer, s) is None
+    assert "kv_cache differs from the torch path's in 1 values" in bench.disagreement(nudged(large), layer, s)
+
+
+def test_compiled_specialises_each_row_count():
+    """Each row count gets its own compilation with static sizes, as each bucket's graph would:
+    left to its default, torch.compile would reuse one with symbolic sizes from the second on."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from c2graph.measure.compiled import compiled
+
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("eager")
+    fn = compiled("fp32 reductions", backend=counter)
+    cfg, layer = c2.Config.tiny(), None
+    for rows in (16, 48, 32):
+        case = bench_cases.make_case(cfg, rows, torch.device("cpu"), cache_bytes=0, copies=(1, 1))
+        s = bench_cases.input_sets(cfg, case, 1)[0]
+        layer = layer or c2.SourceLayer(cfg, seed=0, use_fused_gate=False, device="cpu")
+        fn(layer, s.kv, s.score, bench_cases.graph_view(s.batch), s.pools, latent_out=s.latent)
+    assert counter.frame_count == 3
+    for gm in counter.graphs:
+        shapes = [n.meta["example_value"].shape for n in gm.graph.nodes
+                  if n.op == "placeholder" and isinstance(n.meta.get("example_value"), torch.Tensor)]
+        assert shapes and all(isinstance(d, int) for shape in shapes for d in shape)
+
+
 # ------------------------------------------------------------------------------------------------
 # pictures of stored results
 # ------------------------------------------------------------------------------------------------

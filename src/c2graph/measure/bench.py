@@ -52,7 +52,8 @@ SMOKE_ROWS = (16, 48)
 PATHS = ("torch", "fused", "compiled", "model")
 """Measured in this order, every row count of one before the next: the paths that matter most first."""
 TOLERANCE = 2.0**-6
-"""How close a compiled torch path must come to the torch path before it is timed."""
+"""How close a compiled torch path must come to the torch path before it is timed: within
+``TOLERANCE`` of the row's largest value (see :func:`disagreement`)."""
 
 
 def count_launches(call: Callable[[], object], device: torch.device) -> int:
@@ -79,8 +80,16 @@ def _bandwidth(record: dict, case: bench_cases.Case, copy: float) -> dict:
 
 
 def disagreement(fn: Callable, layer: SourceLayer, s: bench_cases.InputSet) -> str | None:
-    """``None`` when one call of ``fn`` (a torch path) writes what the torch path writes, within
-    ``TOLERANCE`` (the ring bitwise, c2 slot 0 skipped), else what differs. Runs on copies of ``s``."""
+    """``None`` when one call of ``fn`` (a torch path) writes what the torch path writes, else what
+    differs. Runs on copies of ``s``.
+
+    The ring must be bitwise the same. Latents and caches (c2 slot 0 skipped) must be within
+    ``TOLERANCE`` of the row's largest value, ``|a - b| <= TOLERANCE * (1 + max |b| of the row)``,
+    not of each value: RoPE turns each pair of dims, so a latent rounded one bf16 step the other
+    way (an fp32 port's RMSNorm does that to a few values) moves a small cached value by as much as
+    a large one. Measured on an H200: the fp32 port's worst values were within ``2**-6`` of the
+    row's scale, and 2 to 20 of them were not within ``2**-6`` of their own.
+    """
     mine, ref = s.pools.clone(), s.pools.clone()
     got, want = torch.full_like(s.latent, float("nan")), torch.full_like(s.latent, float("nan"))
     fn(layer, s.kv, s.score, bench_cases.graph_view(s.batch), mine, latent_out=got)
@@ -89,9 +98,11 @@ def disagreement(fn: Callable, layer: SourceLayer, s: bench_cases.InputSet) -> s
              ("index_k", mine.index_k[1:], ref.index_k[1:]))
     for name, a, b in pairs:
         a, b = a.float(), b.float()
-        close = ((a - b).abs() <= TOLERANCE * (1 + b.abs())) | (a.isnan() & b.isnan())
+        scale = 1 + b.abs().nan_to_num().amax(dim=-1, keepdim=True)
+        close = ((a - b).abs() <= TOLERANCE * scale) | (a.isnan() & b.isnan())
         if not bool(close.all()):
-            return f"{name} differs from the torch path's in {int((~close).sum())} values (tolerance 2**-6)"
+            return (f"{name} differs from the torch path's in {int((~close).sum())} values "
+                    "(tolerance 2**-6 of the row's largest value)")
     if not torch.equal(mine.ring, ref.ring):
         return "the ring differs from the torch path's"
     return None
@@ -113,7 +124,7 @@ def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: 
         found = _eager_and_graph(bench_cases.fused_calls(layer, sets), reps, device, **fields)
         return [_bandwidth(r, case, copy) for r in found]
     layer = SourceLayer(cfg, seed=0, use_fused_gate=False, device=device)
-    fn = compiled_fns.setdefault(variant, compiled(variant, backend="eager" if smoke else "inductor"))
+    fn = compiled_fns.setdefault(variant, compiled(variant, backend="eager" if smoke else "inductor"))  # static shapes: one compilation a row count
     start = time.perf_counter()
     wrong = disagreement(fn, layer, sets[0])  # its first call at a new row count compiles
     compile_s = time.perf_counter() - start
