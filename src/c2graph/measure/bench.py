@@ -5,8 +5,9 @@ For the ``dsv41`` preset and buckets of 256, 2048, 16384 and 65536 rows (ragged 
 
 - the copy bandwidth (the ceiling of a memory-bound step) and one launch (the floor of a small one);
 - the torch path, eager and replayed in a CUDA graph;
-- ``torch.compile`` of the torch path, replayed in a graph: the torch path as taught (float64
-  reductions) and a plain fp32 port of it (:mod:`.compiled`); the table quotes the faster;
+- ``torch.compile`` of the torch path, compiled for each row count and replayed in a graph: the
+  torch path as taught (float64 reductions) and a plain fp32 port of it (:mod:`.compiled`); the
+  table quotes the faster;
 - the fused path, eager and replayed in a graph, with its bytes over its time as a fraction of
   the copy bandwidth;
 - a model of many source layers (some without the fused gate) replayed in one graph.
