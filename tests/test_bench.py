@@ -250,8 +250,19 @@ def test_fp32_torch_path_agrees_with_the_torch_path():
 
 
 def test_compare_within_the_rows_scale_not_each_values():
-    """A cached value may move by up to 2**-6 of its row's largest value (RoPE turns pairs of dims,
-    so a latent rounded the other way moves a small output as much as a large one); more is wrong."""
+    """A value may move by up to 2**-6 of its row's largest value (RoPE turns pairs of dims, so a
+    latent rounded the other way moves a small output as much as a large one); more is wrong."""
+    want = torch.tensor([[4.0, 0.01, float("nan")], [0.5, -0.25, 0.125]])
+    got = want.clone()
+    got[0, 1] += 0.05  # more than 2**-6 of 0.01, less than 2**-6 * (1 + 4)
+    assert bench.close_in_row(got, want).all()
+    got[1, 2] += 0.05  # more than 2**-6 * (1 + 0.5)
+    assert bench.close_in_row(got, want).tolist() == [[True, True, True], [True, True, False]]
+    got[0, 2] = 1.0  # a value where NaN was expected
+    assert not bench.close_in_row(got, want)[0, 2]
+
+
+def test_disagreement_catches_one_wrong_cached_value():
     layer, alloc, pools = make_case(use_fused_gate=False)
     batch = c2.ExtendBatch.build([(0, 3, 7), (2, 0, 6)], alloc, request_slots=3, pad_to=16)
     kv, score = c2.project_padded(layer, layer.random_hidden(13, seed=5), batch, fused=False)
@@ -259,17 +270,11 @@ def test_compare_within_the_rows_scale_not_each_values():
     s = bench_cases.InputSet(batch, pools, torch.cat([kv, score], dim=1), kv, score, latent)
     slot = batch.c2_slot[batch.c2_slot != 0][0].item()
 
-    def nudged(by):  # the torch path, then one cached value (the row's smallest) moved by ``by`` x the row's largest
-        def fn(layer, kv, score, batch, pools, *, latent_out):
-            c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent_out)
-            row = pools.kv_cache[slot].float()
-            j = int(row.abs().argmin())
-            pools.kv_cache[slot, j] = (row[j] + by * row.abs().max()).to(pools.kv_cache.dtype)
-        return fn
+    def one_wrong(layer, kv, score, batch, pools, *, latent_out):  # the torch path, one cached value moved
+        c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent_out)
+        pools.kv_cache[slot, 3] += 2.0**-4 * (1 + pools.kv_cache[slot].float().abs().max())
 
-    small, large = 2.0**-8, 2.0**-4
-    assert bench.disagreement(nudged(small), layer, s) is None
-    assert "kv_cache differs from the torch path's in 1 values" in bench.disagreement(nudged(large), layer, s)
+    assert "kv_cache differs from the torch path's in 1 values" in bench.disagreement(one_wrong, layer, s)
 
 
 def test_compiled_specialises_each_row_count():

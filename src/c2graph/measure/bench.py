@@ -80,13 +80,21 @@ def _bandwidth(record: dict, case: bench_cases.Case, copy: float) -> dict:
     return dict(record, bw_fraction=case.min_bytes / (record["median_us"] * 1e3) / copy)
 
 
+def close_in_row(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Bool, ``a``'s shape: each value of ``a`` within ``TOLERANCE`` of ``b``'s, measured against the
+    largest value of ``b``'s row (the last dim): ``|a - b| <= TOLERANCE * (1 + max |b| of the row)``.
+    NaN matches NaN."""
+    a, b = a.float(), b.float()
+    scale = 1 + b.abs().nan_to_num().amax(dim=-1, keepdim=True)
+    return ((a - b).abs() <= TOLERANCE * scale) | (a.isnan() & b.isnan())
+
+
 def disagreement(fn: Callable, layer: SourceLayer, s: bench_cases.InputSet) -> str | None:
     """``None`` when one call of ``fn`` (a torch path) writes what the torch path writes, else what
     differs. Runs on copies of ``s``.
 
     The ring must be bitwise the same. Latents and caches (c2 slot 0 skipped) must be within
-    ``TOLERANCE`` of the row's largest value, ``|a - b| <= TOLERANCE * (1 + max |b| of the row)``,
-    not of each value: RoPE turns each pair of dims, so a latent rounded one bf16 step the other
+    ``TOLERANCE`` of the row's largest value (:func:`close_in_row`), not of each value: RoPE turns each pair of dims, so a latent rounded one bf16 step the other
     way (an fp32 port's RMSNorm does that to a few values) moves a small cached value by as much as
     a large one. Measured on an H200: the fp32 port's worst values were within ``2**-6`` of the
     row's scale, and 2 to 20 of them were not within ``2**-6`` of their own.
@@ -98,9 +106,7 @@ def disagreement(fn: Callable, layer: SourceLayer, s: bench_cases.InputSet) -> s
     pairs = (("latent", got, want), ("kv_cache", mine.kv_cache[1:], ref.kv_cache[1:]),
              ("index_k", mine.index_k[1:], ref.index_k[1:]))
     for name, a, b in pairs:
-        a, b = a.float(), b.float()
-        scale = 1 + b.abs().nan_to_num().amax(dim=-1, keepdim=True)
-        close = ((a - b).abs() <= TOLERANCE * scale) | (a.isnan() & b.isnan())
+        close = close_in_row(a, b)
         if not bool(close.all()):
             return (f"{name} differs from the torch path's in {int((~close).sum())} values "
                     "(tolerance 2**-6 of the row's largest value)")
@@ -125,7 +131,8 @@ def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: 
         found = _eager_and_graph(bench_cases.fused_calls(layer, sets), reps, device, **fields)
         return [_bandwidth(r, case, copy) for r in found]
     layer = SourceLayer(cfg, seed=0, use_fused_gate=False, device=device)
-    fn = compiled_fns.setdefault(variant, compiled(variant, backend="eager" if smoke else "inductor"))  # static shapes: one compilation a row count
+    # One compiled function per variant; compiled for static shapes, it compiles anew at each row count.
+    fn = compiled_fns.setdefault(variant, compiled(variant, backend="eager" if smoke else "inductor"))
     start = time.perf_counter()
     wrong = disagreement(fn, layer, sets[0])  # its first call at a new row count compiles
     compile_s = time.perf_counter() - start
