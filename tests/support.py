@@ -6,8 +6,7 @@ import torch
 from hypothesis import strategies as st
 
 import c2graph as c2
-
-POISON = 123.0
+from c2graph.compressor.pools import POISON  # noqa: F401  (re-exported to the tests)
 
 
 def make_case(cfg=None, *, pool_requests=6, max_seq_len=96, seed=0, use_fused_gate=True, device=None):

@@ -8,6 +8,10 @@ from .._runtime import DEFAULT_DEVICE
 from .config import Config
 from .ring import new_ring
 
+#: The value every check fills caches and the ring with before a run: a slot that still holds it
+#: after the run was never written (and never 0, which real outputs can hold).
+POISON = 123.0
+
 
 class Pools:
     """Everything a batch writes.
@@ -48,7 +52,7 @@ class Pools:
             setattr(other, name, t.clone())
         return other
 
-    def poison(self, value: float = 123.0) -> "Pools":
+    def poison(self, value: float = POISON) -> "Pools":
         """Fill both caches and every non-sentinel ring row with ``value``, in place.
 
         After a batch, a slot that still holds the poison was not written.

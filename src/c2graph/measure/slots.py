@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..compressor.batch import ExtendBatch
-from ..compressor.pools import Pools
+from ..compressor.pools import POISON, Pools
 from ..compressor.rows import Partner, RowPlan, plan_rows
 from .compare import bits_of
 
@@ -95,7 +95,7 @@ def compare_slots(
     batch: ExtendBatch,
     ring_size: int,
     *,
-    poison: float = 123.0,
+    poison: float = POISON,
     frozen_offsets: torch.Tensor | None = None,
     grid_pairs: int | None = None,
     rings_before: tuple[torch.Tensor, torch.Tensor] | None = None,

@@ -27,7 +27,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ..compressor.batch import ExtendBatch
-from ..compressor.pools import Pools
+from ..compressor.pools import POISON, Pools
 from ..graphs.prefill_graph import PrefillGraphRunner
 from ..measure.slots import DIFFERS, EQUAL, NEVER_WRITTEN, SlotState, compare_slots
 from .style import (
@@ -285,7 +285,7 @@ def draw_graph_nodes(graphs: Mapping[str, Sequence[str]], *, top: int = 6, liste
 
 
 def draw_wrong_slots(graph_pools: Pools, eager_pools: Pools, batch: ExtendBatch, ring_size: int, *,
-                     poison: float = 123.0, frozen_offsets: torch.Tensor | None = None,
+                     poison: float = POISON, frozen_offsets: torch.Tensor | None = None,
                      grid_pairs: int | None = None, rings_before: tuple[torch.Tensor, torch.Tensor] | None = None,
                      title: str | None = None) -> Figure:
     """Which places a replayed batch got wrong, and which row writes each (:func:`compare_slots`).

@@ -25,7 +25,7 @@ from matplotlib.patches import Rectangle
 from .._runtime import DEFAULT_DEVICE
 from ..compressor.batch import ExtendBatch, Request
 from ..compressor.config import Config
-from ..compressor.pools import Pools
+from ..compressor.pools import POISON, Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.rows import Partner, plan_rows
 from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
@@ -249,7 +249,7 @@ PRACTICE_POOL_REQUESTS, PRACTICE_MAX_SEQ_LEN = 6, 64
 """The pool the practice batches draw from: 6 pool requests of up to 64 tokens."""
 
 
-def practice_pools(cfg: Config, poison: float = 123.0) -> Pools:
+def practice_pools(cfg: Config, poison: float = POISON) -> Pools:
     """Poisoned pools that fit every practice batch."""
     kv_slots = ReqToTokenPool(cfg, PRACTICE_POOL_REQUESTS, PRACTICE_MAX_SEQ_LEN).kv_slots
     return Pools(cfg, PRACTICE_POOL_REQUESTS, kv_slots).poison(poison)

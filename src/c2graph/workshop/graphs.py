@@ -23,7 +23,7 @@ import torch
 from .._runtime import DEFAULT_DEVICE
 from ..compressor.batch import ExtendBatch
 from ..compressor.config import Config
-from ..compressor.pools import Pools
+from ..compressor.pools import POISON, Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.rows import plan_rows
 from ..compressor.source_layer import SourceLayer, project
@@ -41,7 +41,6 @@ from .compressor import (
     rows_figure,
 )
 
-POISON = 123.0
 
 
 @dataclass

@@ -14,6 +14,7 @@ import triton.language as tl
 from matplotlib.figure import Figure
 
 from .._runtime import DEFAULT_DEVICE
+from ..compressor.pools import POISON
 from ..compressor.torch_path import gate as torch_gate
 from .check import CheckResult, run_check
 
@@ -21,7 +22,6 @@ ROWS, D = 16, 32
 """The tile the check runs: 16 rows (``tl.dot``'s smallest, as in the kernel) of 32 channels."""
 TOLERANCE = 1e-5
 """Relative and absolute: ``exp`` and division may differ in the last bits between numpy, the GPU and torch."""
-POISON = 123.0
 
 
 @triton.jit

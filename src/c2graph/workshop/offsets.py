@@ -22,6 +22,7 @@ import torch
 from ..compressor.batch import ExtendBatch
 from ..compressor.compress import compress, layer_path
 from ..compressor.config import Config
+from ..compressor.pools import POISON
 from ..compressor.extend_offsets import build_extend_offsets
 from ..compressor.model import layer_pools, served_layers
 from ..compressor.req_to_token import ReqToTokenPool
@@ -29,7 +30,6 @@ from ..graphs.prefill_graph import PrefillGraphRunner
 from ..measure.compare import compare_pools
 from .check import CheckResult, run_check
 
-POISON = 123.0
 BUILDER_CASES = [
     ("3 requests of 5, 6 and 4 rows in 4 request slots", [5, 6, 4], 4),
     ("a full batch: 4 requests in 4 request slots", [3, 1, 7, 2], 4),
