@@ -12,7 +12,7 @@ import torch
 
 import c2graph as c2
 from c2graph.compressor import torch_path as tp
-from c2graph.workshop import compressor as wc
+from c2graph.workshop import my_compressor as wc
 from c2graph.workshop.graphs import replay_against_eager
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,9 +1,11 @@
 """The exercises of notebooks 01 and 03 and their checks.
 
 Each check passes on the solution the notebook holds, and reports (never raises) a student's stub
-that raises ``NotImplementedError`` and a plausible wrong solution. Notebook 01's functions and
-their copies in ``c2graph.workshop.compressor`` are the same code, and compute what the library's
-torch path computes.
+that raises ``NotImplementedError``, naming the function to write, and every plausible wrong
+solution listed here, naming its mistake: a wrong dtype, a wrong device, a rule broken at a named
+row, a capture refused in words that name the cause, a cache or ring row never written or written
+wrong. Notebook 01's functions and their copies in ``c2graph.workshop.my_compressor`` are the same
+code, and compute what the library's torch path computes.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from support import POISON, make_case, ragged_requests
 import c2graph as c2
 from c2graph.measure.compare import compare_pools
 from c2graph.workshop import CheckResult
-from c2graph.workshop import compressor as wc
+from c2graph.workshop import my_compressor as wc
 from c2graph.workshop import graphs as wg
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -51,7 +53,7 @@ def exercises(name: str) -> list[tuple[str, str]]:
 def namespace() -> dict:
     """What a notebook's solution and check cells can see: torch and the workshop modules."""
     ns: dict = {}
-    exec("import torch\nfrom c2graph.workshop.compressor import *\nfrom c2graph.workshop.graphs import *", ns)
+    exec("import torch\nfrom c2graph.workshop.my_compressor import *\nfrom c2graph.workshop.graphs import *", ns)
     return ns
 
 
@@ -94,7 +96,8 @@ def test_check_reports_a_stub_without_raising(name, index):
     exec(stubbed(solution), ns)
     result = eval(check, ns)
     assert isinstance(result, CheckResult) and not result.ok
-    assert "not written yet" in str(result)
+    names = [n.name for n in ast.parse(solution).body if isinstance(n, ast.FunctionDef)]
+    assert f"your function `{names[0]}` is not written yet" in str(result), str(result)
 
 
 # --- plausible wrong solutions, one or two per check ---------------------------------------------
@@ -107,10 +110,30 @@ def partner_ignoring_req(batch):
     return partner
 
 
+def partner_as_int64(batch):
+    """The right rule in a tensor of ints: `~` of it gives -1 and -2, and my_pair would crash on it."""
+    return wc.my_previous_is_partner(batch).long()
+
+
+def partner_on_the_cpu(batch):
+    """The right rule, moved to the host: on a GPU the batch's tensors are on cuda."""
+    return wc.my_previous_is_partner(batch).cpu()
+
+
 def ring_rows_of_own_pos(batch, prev_is_partner, ring_size, sentinel):
     """Reads the ring row of the row's own position instead of its partner's."""
     needs = (batch.raw_out_loc != 0) & (batch.pos % 2 == 1) & ~prev_is_partner
     return torch.where(needs, batch.req * ring_size + batch.pos % ring_size, sentinel)
+
+
+def ring_rows_for_even_rows_too(batch, prev_is_partner, ring_size, sentinel):
+    """Forgets that even rows complete nothing: every first row of a request reads the ring."""
+    needs = (batch.raw_out_loc != 0) & ~prev_is_partner
+    return torch.where(needs, batch.req * ring_size + (batch.pos - 1) % ring_size, sentinel)
+
+
+def ring_rows_as_int32(batch, prev_is_partner, ring_size, sentinel):
+    return wc.my_ring_read_rows(batch, prev_is_partner, ring_size, sentinel).int()
 
 
 def park_mask_from_host(batch, ring_size):
@@ -121,6 +144,22 @@ def park_mask_from_host(batch, ring_size):
         for row in rows[-ring_size:]:
             mask[row] = True
     return mask
+
+
+def park_mask_from_host_slices(batch, ring_size):
+    """Decided on the host with slices: no copy, so the capture accepts it, and freezes the dummy's mask."""
+    mask = torch.zeros_like(batch.pos, dtype=torch.bool)
+    for rows in batch.row_ranges():
+        mask[rows[-ring_size:].start:rows.stop] = True
+    return mask
+
+
+def park_mask_by_boolean_indexing(batch, ring_size):
+    """Selects the live rows with a boolean mask: a host sync."""
+    mask = torch.zeros_like(batch.pos, dtype=torch.bool)
+    rows = torch.arange(batch.num_rows, device=batch.pos.device)[batch.raw_out_loc != 0]
+    mask[rows] = True
+    return mask & wc.my_park_mask(batch, ring_size)
 
 
 def park_mask_one_too_many(batch, ring_size):
@@ -135,23 +174,57 @@ def store_every_slot(pools, latent, key, batch, layer):
     pools.index_k[slots] = key
 
 
+def store_rope_at_pos(pools, latent, key, batch, layer):
+    """RoPE at the row's own pos instead of its group position."""
+    pools.kv_cache[batch.c2_slot] = wc.my_rope(latent, batch.pos, layer.inv_freq)
+    pools.index_k[batch.c2_slot] = key
+
+
+def store_forgets_the_key(pools, latent, key, batch, layer):
+    pools.kv_cache[batch.c2_slot] = wc.my_rope(latent, batch.pos - batch.pos % 2, layer.inv_freq)
+
+
+def store_rebinds_the_cache(pools, latent, key, batch, layer):
+    """Builds a new cache with index_put and rebinds the name: the cache it was given is never written."""
+    pools.kv_cache = pools.kv_cache.index_put((batch.c2_slot,), wc.my_rope(latent, batch.pos - batch.pos % 2, layer.inv_freq))
+    pools.index_k[batch.c2_slot] = key
+
+
 def park_without_restoring_the_sentinel(ring, kv, score, batch, ring_size):
     """Sends the rows it does not park to the sentinel, and leaves the sentinel dirty."""
     rows = torch.where(wc.my_park_mask(batch, ring_size), batch.req * ring_size + batch.pos % ring_size, ring.shape[0] - 1)
     ring[rows] = torch.cat([kv, score], 1)
 
 
+def park_at_the_partners_ring_row(ring, kv, score, batch, ring_size):
+    """Parks at (pos - 1) % ring_size, the read rule's row: each row lands where its neighbour belongs."""
+    sentinel, D = ring.shape[0] - 1, kv.shape[1]
+    rows = torch.where(wc.my_park_mask(batch, ring_size), batch.req * ring_size + (batch.pos - 1) % ring_size, sentinel)
+    ring[rows] = torch.cat([kv, score], 1)
+    ring[sentinel, :D], ring[sentinel, D:] = 0.0, float("-inf")
+
+
+HOST_DECISION = "decided on the host"
 WRONG = [
     (wc.check_previous_is_partner, partner_ignoring_req, "belongs to request slot"),
-    (wc.check_ring_read_rows, ring_rows_of_own_pos, "the rule says ring row"),
-    (wc.check_park_mask, park_mask_from_host, "the capture refused your function"),
+    (wc.check_previous_is_partner, partner_as_int64, "dtype torch.int64; expected torch.bool"),
+    (wc.check_ring_read_rows, ring_rows_of_own_pos, "the ring row of the row's own pos"),
+    (wc.check_ring_read_rows, ring_rows_for_even_rows_too, "the sentinel"),
+    (wc.check_ring_read_rows, ring_rows_as_int32, "dtype torch.int32; expected torch.int64"),
+    (wc.check_park_mask, park_mask_from_host, "a loop over the batch's requests or rows runs once, at capture"),
+    (wc.check_park_mask, park_mask_from_host_slices, HOST_DECISION),
+    (wc.check_park_mask, park_mask_by_boolean_indexing, "boolean-mask indexing"),
     (wc.check_park_mask, park_mask_one_too_many, "rows differ"),
     # on a GPU the even and the odd row's writes to one c2 slot land in either order: the eager run
     # may already hold the even row's values
-    (wg.check_store_graph_safe, store_every_slot, ("should not be written", "run eagerly")),
-    (wg.check_store_graph_safe, wc.my_store, "operation not permitted when stream is capturing"),
-    (wg.check_park_graph_safe, park_without_restoring_the_sentinel, "the sentinel"),
-    (wg.check_park_graph_safe, wc.my_park, "ring rows differ"),
+    (wg.check_store_graph_safe, store_every_slot, ("nothing should be stored there", "written wrong")),
+    (wg.check_store_graph_safe, store_rope_at_pos, "kv_cache c2 slot"),
+    (wg.check_store_graph_safe, store_forgets_the_key, "index_k c2 slot"),
+    (wg.check_store_graph_safe, store_rebinds_the_cache, "`pools.kv_cache` is a new tensor"),
+    (wg.check_store_graph_safe, wc.my_store, "a host sync"),
+    (wg.check_park_graph_safe, park_without_restoring_the_sentinel, "the sentinel: not restored"),
+    (wg.check_park_graph_safe, park_at_the_partners_ring_row, "written"),
+    (wg.check_park_graph_safe, wc.my_park, "replayed on"),
 ]
 
 
@@ -160,6 +233,25 @@ def test_check_reports_a_wrong_solution_and_says_where(check, wrong, says):
     result = check(wrong)
     assert isinstance(result, CheckResult) and not result.ok
     assert any(s in str(result) for s in ((says,) if isinstance(says, str) else says)), str(result)
+    assert "Cannot copy between CPU and CUDA" not in str(result), str(result)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a result on another device needs a second device: CUDA")
+def test_a_result_on_the_host_is_named_with_its_device():
+    result = wc.check_previous_is_partner(partner_on_the_cpu)
+    assert not result.ok and "is on cpu; the batch's tensors are on cuda" in str(result), str(result)
+
+
+def test_the_store_check_names_the_cache_the_slot_and_the_kind_of_mistake():
+    text = str(wg.check_store_graph_safe(store_rope_at_pos))
+    assert "kv_cache c2 slot" in text and "written wrong" in text and "index_k is right there" in text, text
+    text = str(wg.check_store_graph_safe(store_forgets_the_key))
+    assert "index_k c2 slot" in text and f"never written (still the poison {POISON:g})" in text, text
+
+
+def test_the_park_check_tells_never_written_from_written_wrong():
+    text = str(wg.check_park_graph_safe(wc.my_park))  # replays the dummy's rows, never the batch's
+    assert "never written" in text and "written wrong: it holds row" in text, text
 
 
 @pytest.mark.parametrize("check", [wc.check_previous_is_partner, wc.check_ring_read_rows, wc.check_park_mask,
@@ -199,9 +291,9 @@ def test_notebook_01s_functions_are_the_librarys_copies():
         assert ast.dump(in_notebook[name]) == ast.dump(library), name
 
 
-def test_notebook_03_imports_notebook_01s_compressor():
+def test_notebook_03_runs_the_readers_own_functions_from_notebook_01():
     text = "".join(source(c) for c in cells(WORKSHOP[1]))
-    assert "from c2graph.workshop.compressor import" in text and "my_compress" in text
+    assert "load_yours(" in text and '"01_the_ratio2_compressor.ipynb"' in text
 
 
 @settings(max_examples=25, deadline=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,11 +49,24 @@ def run_check(name: str, cases: Callable[[], list[tuple[bool, str]]], figure: Ca
     try:
         results = cases()
     except NotImplementedError as e:
-        return CheckResult(name, False, [f"your function is not written yet ({e or 'NotImplementedError'})"])
+        return CheckResult(name, False, [f"your {_raised_in(e)} is not written yet: it still raises "
+                                         f"NotImplementedError ({e or 'no message'}); write its body"])
     except Exception as e:  # the reader's code failed: say how, do not raise
         where = traceback.format_exception_only(type(e), e)[-1].strip()
-        return CheckResult(name, False, [f"your function raised {where}"])
+        return CheckResult(name, False, [f"your {_raised_in(e)} raised {where}"])
     ok = all(passed for passed, _ in results)
     lines = [f"{'pass' if passed else 'FAIL'}: {what}" for passed, what in results]
     fig = figure() if (figure is not None and not ok) else None
     return CheckResult(name, ok, lines, fig)
+
+
+def _raised_in(error: BaseException) -> str:
+    """``function `my_park_mask` (at `<its line>`)``: the innermost frame of the reader's code (not torch's,
+    not this package's) in the traceback, where the error was raised."""
+    library = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if not os.path.abspath(f.filename).startswith(library) and f"{os.sep}torch{os.sep}" not in f.filename]
+    if not frames:
+        return "function"
+    last = frames[-1]
+    return f"function `{last.name}`" + (f" (at `{last.line.strip()}`)" if last.line and "NotImplementedError" not in last.line else "")

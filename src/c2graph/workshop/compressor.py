@@ -1,13 +1,16 @@
-"""Notebook 01's compressor, built once here so later notebooks import it, and the checks of 01's exercises.
+"""The workbench every exercise check of notebooks 01 and 03 runs on, and notebook 03's capture.
 
-The ``my_*`` functions are the notebook's own cells, character for character (a test keeps the
-two equal): the seven steps written out in plain torch, the pair-partner rule, the eager store and
-park, and ``my_compress``. Notebook 03 captures ``my_compress`` in a graph and watches it fail.
+- :class:`StaticBatch`: metadata tensors at fixed addresses, what a captured function reads;
+  :func:`capture` warms a function up and captures one call of it, and :func:`refusal_words`
+  says in plain words why a capture refused it;
+- the practice batches (hand-made: request boundaries, odd starts, padding, an idle rank; then
+  fresh random ones) and poisoned practice pools;
+- the words and the picture a failed check shows: :func:`row_words`, :func:`requests_text`,
+  :func:`rows_figure`, and :func:`result_problem`, which checks a returned tensor's type, dtype,
+  shape and device before any value is compared.
 
-The checks (``check_previous_is_partner``, ``check_ring_read_rows``, ``check_park_mask``) each
-take the reader's function, run it on hand-made batches (request boundaries, odd starts, padding,
-an idle rank) and on fresh random ragged batches, and say pass, or which rows differ and why
-(:class:`~c2graph.workshop.check.CheckResult`). They never raise because the reader's code does.
+Notebook 01's own functions and the checks of its exercises are in
+:mod:`c2graph.workshop.my_compressor`; notebook 03's checks in :mod:`c2graph.workshop.graphs`.
 """
 
 from __future__ import annotations
@@ -22,124 +25,15 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .._runtime import DEFAULT_DEVICE
 from ..compressor.batch import ExtendBatch, Request
 from ..compressor.config import Config
 from ..compressor.pools import POISON, Pools
 from ..compressor.req_to_token import ReqToTokenPool
-from ..compressor.rows import Partner, plan_rows
-from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
+from ..compressor.rows import plan_rows
 from .. import graphs as graphs_package
 from ..graphs.graph import Graph, warmup
+from ..graphs.refusals import NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
 from ..pictures.draw import PADDING_COLOUR, request_colour
-from .check import CheckResult, run_check
-
-# --- notebook 01, as written there ----------------------------------------------------------
-
-
-def my_project(x, layer):
-    """x: [T, hidden] bf16 -> kv, score: [T, D] fp32 each (float64 sums, rounded once to fp32)."""
-    kv = (x.double() @ layer.wkv.double().T).float()
-    score = (x.double() @ layer.wgate.double().T).float()
-    return kv, score
-
-
-def my_previous_is_partner(batch):
-    """[T] bool: the previous row is this row's partner (both live, same req, pos - 1)."""
-    live = batch.raw_out_loc != 0
-    partner = torch.zeros_like(live)
-    partner[1:] = (live[1:] & live[:-1] & (batch.req[1:] == batch.req[:-1])
-                   & (batch.pos[1:] == batch.pos[:-1] + 1))
-    return partner
-
-
-def my_ring_read_rows(batch, prev_is_partner, ring_size, sentinel):
-    """[T] int64: the ring row each row reads its partner from; `sentinel` where it needs none."""
-    live = batch.raw_out_loc != 0
-    needs_ring = live & (batch.pos % 2 == 1) & ~prev_is_partner
-    return torch.where(needs_ring, batch.req * ring_size + (batch.pos - 1) % ring_size, sentinel)
-
-
-def my_pair(kv, score, batch, ring, ring_size):
-    """Each row's partner: kv_prev, score_prev [T, D] fp32 each, from the previous row or the ring."""
-    in_batch = my_previous_is_partner(batch)
-    from_ring = ring[my_ring_read_rows(batch, in_batch, ring_size, ring.shape[0] - 1)]
-    D = kv.shape[1]
-    kv_prev = torch.where(in_batch[:, None], kv.roll(1, 0), from_ring[:, :D])
-    score_prev = torch.where(in_batch[:, None], score.roll(1, 0), from_ring[:, D:])
-    return kv_prev, score_prev
-
-
-def my_gate(kv_prev, score_prev, kv, score):
-    """pooled [T, D] fp32, and w0 [T, D]: the partner's weight in each channel."""
-    m = torch.maximum(score_prev, score)
-    e0, e1 = torch.exp(score_prev - m), torch.exp(score - m)
-    w0, w1 = e0 / (e0 + e1), e1 / (e0 + e1)
-    return kv_prev * w0 + kv * w1, w0
-
-
-def my_rms_norm(x, weight, eps):
-    """x: [T, N] bf16, weight: [N] bf16 -> [T, N] bf16 (sum of squares in float64)."""
-    p = x.float()
-    mean_sq = (p.double() ** 2).sum(-1, keepdim=True).div(p.shape[-1]).float()
-    return (p * torch.rsqrt(mean_sq + eps) * weight.float()).to(torch.bfloat16)
-
-
-def my_rope(x, group_pos, inv_freq):
-    """x: [T, N] bf16 -> [T, N] bf16, its last 2 * len(inv_freq) dims turned in pairs."""
-    b = x.shape[1] - 2 * inv_freq.shape[0]
-    tail = x[:, b:].float().unflatten(1, (-1, 2))
-    angle = group_pos.float()[:, None] * inv_freq[None, :]
-    xe, xo = tail[..., 0], tail[..., 1]
-    turned = torch.stack([xe * angle.cos() - xo * angle.sin(), xe * angle.sin() + xo * angle.cos()], dim=-1)
-    return torch.cat([x[:, :b], turned.flatten(1).to(torch.bfloat16)], dim=1)
-
-
-def my_index_key(latent, layer, group_pos):
-    """latent: [T, D] bf16 (pre-RoPE) -> [T, I] bf16."""
-    k = (latent.double() @ layer.wk.double().T).float().to(torch.bfloat16)
-    return my_rope(my_rms_norm(k, layer.k_norm_w, layer.cfg.eps), group_pos, layer.inv_freq)
-
-
-def my_store(pools, latent, key, batch, layer):
-    """Write kv_cache (the latent after RoPE) and index_k at the c2 slot of every group row; nothing else."""
-    groups = (batch.pos % 2 == 1) & (batch.raw_out_loc != 0)
-    slots = batch.raw_out_loc[groups] // 2
-    group_pos = batch.pos[groups] - 1
-    pools.kv_cache[slots] = my_rope(latent[groups], group_pos, layer.inv_freq)
-    pools.index_k[slots] = key[groups]
-
-
-def my_park(ring, kv, score, batch, ring_size):
-    """Each request's last min(rows, ring_size) rows -> ring[req * ring_size + pos % ring_size]."""
-    for r, rows in zip(batch.requests, batch.row_ranges()):
-        for row in rows[-ring_size:]:
-            pos = r.prefix_len + (row - rows.start)
-            ring[r.pool_index * ring_size + pos % ring_size] = torch.cat([kv[row], score[row]])
-
-
-def my_park_mask(batch, ring_size):
-    """[T] bool: the row is one of its request's last ring_size rows. Tensor ops only, no host reads."""
-    live = batch.raw_out_loc != 0
-    T = batch.num_rows
-    ahead = torch.arange(T, device=batch.pos.device) + ring_size   # the row ring_size further on
-    inside = ahead < T
-    ahead = ahead.clamp(max=max(T - 1, 0))
-    continues = (inside & live[ahead] & (batch.req[ahead] == batch.req)
-                 & (batch.pos[ahead] == batch.pos + ring_size))
-    return live & ~continues
-
-
-def my_compress(layer, x, batch, pools):
-    """The seven steps, then the ring: writes pools.kv_cache, pools.index_k, pools.ring in place."""
-    cfg = layer.cfg
-    kv, score = my_project(x, layer)
-    kv_prev, score_prev = my_pair(kv, score, batch, pools.ring, cfg.ring_size)
-    pooled, _ = my_gate(kv_prev, score_prev, kv, score)
-    latent = my_rms_norm(pooled.to(torch.bfloat16), layer.norm_w, cfg.eps)
-    key = my_index_key(latent, layer, batch.pos - batch.pos % 2)
-    my_store(pools, latent, key, batch, layer)
-    my_park(pools.ring, kv, score, batch, cfg.ring_size)
 
 
 # --- a static batch: what a captured function reads --------------------------------------------
@@ -224,6 +118,30 @@ def _where(error: BaseException) -> str | None:
     return f"{ours[-1].name}: {ours[-1].line}" if ours else None
 
 
+def refusal_words(captured: Captured) -> str:
+    """Why the capture refused the reader's function, in words that name the mistake, not the machine.
+
+    A host copy reads, on a GPU, "Cannot copy between CPU and CUDA tensors ..." (and the CPU
+    emulation refuses the same code the same way): on a laptop without CUDA those words mislead,
+    so they are never shown; the mistake is named instead.
+    """
+    at = f"at `{captured.where}`" if captured.where else "in your function"
+    first = captured.error or ""
+    if first.startswith(UNPINNED_COPY.splitlines()[0]):
+        return (f"the capture refused your function {at}: a copy between the host and the device. "
+                "Writing a Python value into a tensor element by element (`mask[row] = True`) sends a host number to "
+                "the device on a GPU (the CPU emulation refuses it just as CUDA does), and `.tolist()` or `.cpu()` "
+                "reads one back. Even allowed, a loop over the batch's requests or rows runs once, at capture: "
+                "every replay would repeat the capture's batch. Compute it with tensor ops on the per-row "
+                "tensors (`batch.pos`, `batch.req`, `batch.raw_out_loc`)")
+    if first.startswith((NOT_PERMITTED, PREVIOUS_ERROR)):
+        return (f"the capture refused your function {at}: a host sync (CUDA error 900, \"operation not permitted "
+                "when stream is capturing\"): the host waited for a value of the batch (`.item()`, `int(t)`, "
+                "printing a tensor, `nonzero`, or boolean-mask indexing, whose result's size depends on the "
+                "values). Keep every shape fixed: `torch.where` over every row instead of selecting rows")
+    return f"the capture refused your function {at}: {first}"
+
+
 # --- the batches every check runs on ------------------------------------------------------------
 
 HAND_MADE = (
@@ -265,10 +183,40 @@ def practice_batches(cfg: Config, rng: random.Random, n_random: int = 12, *, buc
                                      pad_to=bucket or pad)) for what, reqs, pad in cases]
 
 
+def fresh_rng() -> random.Random:
+    """A generator with a fresh seed: every check draws new random batches."""
+    return random.Random(random.SystemRandom().randrange(2**31))
+
+
+# --- what a failed check says and shows ---------------------------------------------------------
+
+
 def row_words(plan, row: int) -> str:
     """``row 7 (request slot 1, pos 5)`` or ``row 9 (padding)``."""
     p = plan.rows[row]
     return f"row {row} (padding)" if p.is_padding else f"row {row} (request slot {p.request_slot}, pos {p.pos})"
+
+
+def requests_text(batch: ExtendBatch) -> str:
+    """``(requests [(0, 0, 5), (1, 5, 3)], padded to 16)``: the batch a message is about."""
+    pad = f", padded to {batch.num_rows}" if batch.num_rows > batch.live_rows else ""
+    return f"(requests {[tuple(r) for r in batch.requests]}{pad})"
+
+
+def result_problem(got, want: torch.Tensor, what: str, hint: str = "") -> str | None:
+    """What is wrong with ``got`` (named ``what``) before any value is compared with ``want``: not a
+    tensor, another dtype, another shape, another device. ``None`` when all four agree."""
+    if not isinstance(got, torch.Tensor):
+        return f"{what} is a {type(got).__name__}; expected a tensor of shape {tuple(want.shape)}, {want.dtype}"
+    if got.dtype != want.dtype:
+        return f"{what} has dtype {got.dtype}; expected {want.dtype}" + (f" ({hint})" if hint else "")
+    if got.shape != want.shape:
+        return (f"{what} has shape {tuple(got.shape)}; expected {tuple(want.shape)}: one value per row of the batch, "
+                "padding rows included")
+    if got.device != want.device:
+        return (f"{what} is on {got.device}; the batch's tensors are on {want.device}: make new tensors on "
+                "the batch's device (`device=batch.pos.device`, or `torch.zeros_like(batch.pos, ...)`)")
+    return None
 
 
 def rows_figure(batch: ExtendBatch, bad: list[int], title: str) -> Figure:
@@ -293,121 +241,6 @@ def rows_figure(batch: ExtendBatch, bad: list[int], title: str) -> Figure:
     return fig
 
 
-def _compare_rows(name: str, cases, got_of, want_of, why, figure_state: dict) -> list[tuple[bool, str]]:
-    """``got_of(batch)`` against ``want_of(batch)`` row by row on every case: one pass line, or one
-    line per differing batch (the first three, then a count), each naming up to three rows."""
-    failed = []
-    for what, batch in cases:
-        got, want = got_of(batch), want_of(batch)
-        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
-            shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
-            return [(False, f"{what}: your function returned {shape}; expected a tensor of shape "
-                            f"{tuple(want.shape)} ({want.dtype})")]
-        bad = (got.cpu().to(want.dtype) != want.cpu()).nonzero().flatten().tolist()
-        if bad:
-            plan = plan_rows(batch, 2)
-            detail = "; ".join(why(plan, row, got.cpu()[row].item(), want.cpu()[row].item()) for row in bad[:3])
-            more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
-            figure_state.setdefault("fig", (batch, bad, f"{name}: {what}"))
-            failed.append(f"{what} {_requests_text(batch)}: {len(bad)} of {batch.num_rows} rows differ: "
-                          f"{detail}{more}")
-    if not failed:
-        return [(True, f"{name} on {len(cases)} batches: {len(HAND_MADE)} hand-made (request boundaries, "
-                       f"odd starts, padding, an idle rank) and {len(cases) - len(HAND_MADE)} random")]
-    lines = [(False, line) for line in failed[:3]]
-    if len(failed) > 3:
-        lines.append((False, f"{len(failed) - 3} more of the {len(cases)} batches differ too"))
-    return lines
-
-
-def _requests_text(batch: ExtendBatch) -> str:
-    reqs = [tuple(r) for r in batch.requests]
-    pad = f", padded to {batch.num_rows}" if batch.num_rows > batch.live_rows else ""
-    return f"(requests {reqs}{pad})"
-
-
-def _figure(state: dict):
-    """The picture of the first batch that differed, drawn only when a check fails."""
+def figure_of(state: dict):
+    """The picture of the first batch that differed (``state["fig"]``), drawn only when a check fails."""
     return lambda: rows_figure(*state["fig"]) if "fig" in state else None
-
-
-def fresh_rng() -> random.Random:
-    """A generator with a fresh seed: every check draws new random batches."""
-    return random.Random(random.SystemRandom().randrange(2**31))
-
-
-# --- the checks of notebook 01's exercises --------------------------------------------------------
-
-
-def check_previous_is_partner(fn) -> CheckResult:
-    """Check ``fn(batch) -> [T] bool``: the previous row is the partner (same request, ``pos - 1``, both live)."""
-    cases, state = practice_batches(Config.tiny(), fresh_rng()), {}
-
-    def why(plan, row, got, want):
-        p, prev = plan.rows[row], plan.rows[row - 1] if row else None
-        if want:
-            return f"{row_words(plan, row)}: yours says {got}, but row {row - 1} is its partner (pos {p.pos - 1})"
-        reason = ("it is the first row" if prev is None else "it is padding" if p.is_padding
-                  else f"row {row - 1} is padding" if prev.is_padding
-                  else f"row {row - 1} belongs to request slot {prev.request_slot}" if prev.req != p.req
-                  else f"row {row - 1} is at pos {prev.pos}, not {p.pos - 1}")
-        return f"{row_words(plan, row)}: yours says {got}, the rule says False: {reason}"
-
-    return run_check("previous row is the partner", lambda: _compare_rows(
-        "the previous-row rule", cases, fn, previous_row_is_partner, why, state), _figure(state))
-
-
-def check_ring_read_rows(fn) -> CheckResult:
-    """Check ``fn(batch, prev_is_partner, ring_size, sentinel) -> [T] int64``: the ring row each row reads."""
-    cfg = Config.tiny()
-    cases, state, R = practice_batches(cfg, fresh_rng()), {}, cfg.ring_size
-    sentinel = PRACTICE_POOL_REQUESTS * R
-
-    def why(plan, row, got, want):
-        p = plan.rows[row]
-        if p.partner is Partner.RING:
-            rule = f"ring row {want} = req {p.req} * {R} + (pos {p.pos} - 1) % {R}"
-        else:
-            rule = f"the sentinel ({sentinel}): its partner is {p.partner_text()}"
-        return f"{row_words(plan, row)}: yours reads {got}, the rule says {rule}"
-
-    return run_check("ring read rows", lambda: _compare_rows(
-        "the ring-row rule", cases, lambda b: fn(b, previous_row_is_partner(b), R, sentinel),
-        lambda b: ring_read_rows(b, R, sentinel), why, state), _figure(state))
-
-
-def check_park_mask(fn) -> CheckResult:
-    """Check ``fn(batch, ring_size) -> [T] bool``: each request's last ``ring_size`` rows, computed with
-    tensor ops only, so that a graph captured on one batch gives the right mask for every other."""
-    cfg, rng, state = Config.tiny(), fresh_rng(), {}
-    R, bucket, slots = cfg.ring_size, 16, 4
-
-    def why(plan, row, got, want):
-        return f"{row_words(plan, row)}: yours says {bool(got)}, the rule says {bool(want)}"
-
-    def cases():
-        results = _compare_rows("the park rule, run eagerly", practice_batches(cfg, rng), lambda b: fn(b, R),
-                                lambda b: park_mask(b, R), why, state)
-        if not all(ok for ok, _ in results):
-            return results
-        static = StaticBatch(bucket, slots, device=DEFAULT_DEVICE)
-        got = capture(lambda: fn(static.batch, R))
-        if got.error:
-            return results + [(False, f"the capture refused your function ({got.where}): {got.error}")]
-        replays = practice_batches(cfg, rng, 8, bucket=bucket, request_slots=slots)
-        for what, batch in replays:
-            static.load(batch)
-            got.graph.replay()
-            want = park_mask(batch, R)
-            bad = (got.out.cpu() != want.cpu()).nonzero().flatten().tolist()
-            if bad:
-                state.setdefault("fig", (batch, bad, f"park mask, graph replay: {what}"))
-                plan = plan_rows(batch, R)
-                return results + [(False, f"captured on a dummy batch (one request of all {bucket} rows), "
-                                          f"replayed on {what} {_requests_text(batch)}: "
-                                          f"{', '.join(row_words(plan, r) for r in bad[:3])} differ: a value "
-                                          "read on the host during capture was frozen")]
-        return results + [(True, f"captured once, replayed on {len(replays)} batches of {bucket} rows: "
-                                 "the mask follows each batch")]
-
-    return run_check("park mask", cases, _figure(state))

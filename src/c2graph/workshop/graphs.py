@@ -8,9 +8,11 @@ torch path run eagerly on the same padded batch. It is how notebook 03 shows tha
 ``my_compress`` is refused by a capture, and what each graph-safe change fixes.
 
 The checks take the reader's function, run it eagerly on hand-made and fresh random batches
-against notebook 01's eager version, then capture it once and replay it on other batches. They
-say pass, or which c2 slots or ring rows differ and why; they never raise because the reader's
-code does.
+against the eager reference, then capture it once and replay it on other batches. They check
+first that the function wrote into the caches and the ring it was given (not new tensors), then
+say pass, or, for each cache (``kv_cache``, ``index_k``, the ring) and c2 slot or ring row, whether
+it was never written (it still holds :data:`~c2graph.compressor.pools.POISON`), written wrong, or
+written where nothing should be. They never raise because the reader's code does.
 """
 
 from __future__ import annotations
@@ -33,14 +35,15 @@ from .check import CheckResult, run_check
 from .compressor import (
     StaticBatch,
     capture,
+    figure_of,
     fresh_rng,
-    my_store,
     practice_batches,
     practice_pools,
+    refusal_words,
+    requests_text,
     row_words,
-    rows_figure,
 )
-
+from .my_compressor import my_store
 
 
 @dataclass
@@ -103,49 +106,87 @@ def replay_against_eager(compress_fn, batches, *, bucket: int = 16, request_slot
 
 # --- the checks of notebook 03's exercises --------------------------------------------------------
 
+CACHES = ("kv_cache", "index_k")
+
 
 def _random(rng: random.Random, *shape, dtype=torch.float32) -> torch.Tensor:
     g = torch.Generator().manual_seed(rng.randrange(2**31))
     return torch.randn(*shape, generator=g).to(dtype).to(DEFAULT_DEVICE)
 
 
-def _slot_words(batch: ExtendBatch, slot: int, eager_kept_poison: bool) -> str:
-    """Which row writes c2 slot ``slot`` in this batch, or that none should."""
-    plan = plan_rows(batch, 2)
+def _more(items: list[str], total: int) -> str:
+    return "; ".join(items) + (f" (and {total - len(items)} more)" if total > len(items) else "")
+
+
+def _rebound(pools: Pools, before: dict[str, torch.Tensor]) -> str | None:
+    """The caches must be written in place: a name of ``pools`` given a new tensor is the mistake."""
+    for name, t in before.items():
+        if getattr(pools, name) is not t:
+            return (f"after your function, `pools.{name}` is a new tensor ({getattr(pools, name).dtype}, "
+                    f"{tuple(getattr(pools, name).shape)}): it rebound the name instead of writing into the cache "
+                    f"({t.dtype}, {tuple(t.shape)}); `pools.{name}[slots] = values` writes in place")
+    return None
+
+
+def _slot_words(plan, slot: int) -> str:
+    """Which row writes c2 slot ``slot`` in this batch, or whose slot it is."""
     writer = next((p.row for p in plan.rows if p.c2_slot == slot), None)
     if writer is not None:
         return f"c2 slot {slot} ({row_words(plan, writer)})"
     rows = [p.row for p in plan.rows if not p.is_padding and p.raw_out_loc // 2 == slot]
-    who = f" (the slot of {row_words(plan, rows[0])}, an even row: its group is not complete)" if rows else ""
-    return f"c2 slot {slot}{who} should not be written" if eager_kept_poison else f"c2 slot {slot}{who}"
+    return (f"c2 slot {slot} (the slot of {row_words(plan, rows[0])}, an even row: its group is not complete)"
+            if rows else f"c2 slot {slot} (no row of this batch)")
 
 
-def _ring_words(batch: ExtendBatch, ring_row: int, sentinel: int) -> str:
-    plan = plan_rows(batch, 2)
-    if ring_row == sentinel:
-        return f"ring row {ring_row} (the sentinel: it must hold | 0 | -inf | after the park)"
-    if ring_row in plan.parked:
-        return f"ring row {ring_row} (should hold {row_words(plan, plan.parked[ring_row])})"
-    return f"ring row {ring_row} (this batch parks nothing there: it should keep what it held)"
+def _diff_slots(got: Pools, want: Pools, batch: ExtendBatch) -> tuple[list[int], str]:
+    """c2 slots (slot 0 aside) where either cache differs, and up to three differences in words: the
+    cache, the c2 slot and the row that writes it, and never written / written wrong / written where
+    nothing should be."""
+    plan, words, bad = plan_rows(batch, 2), [], set()
+    for cache in CACHES:
+        g, w = getattr(got, cache), getattr(want, cache)
+        for slot in compare(g, w, cache, rows=slice(1, None)).bad:
+            bad.add(slot)
+            if bool((g[slot] == POISON).all()):
+                kind = f"never written (still the poison {POISON:g})"
+            elif bool((w[slot] == POISON).all()):
+                kind = "written, but nothing should be stored there"
+            else:
+                kind = "written wrong"
+                other = CACHES[1 - CACHES.index(cache)]
+                if cache == "kv_cache" and compare(getattr(got, other)[slot:slot + 1], getattr(want, other)[slot:slot + 1]):
+                    kind += " (index_k is right there: look at the RoPE of the latent, at the group position pos - pos % 2)"
+            words.append(f"{cache} {_slot_words(plan, slot)}: {kind}")
+    return sorted(bad), _more(words[:3], len(words))
 
 
 def _rows_of(batch: ExtendBatch, slots: list[int]) -> list[int]:
     """Batch rows whose ``raw_out_loc // 2`` is one of ``slots`` (for the picture)."""
-    raw = (batch.raw_out_loc // 2).cpu().tolist()
-    return [row for row in range(batch.num_rows) if raw[row] in slots and batch.raw_out_loc[row] != 0]
+    raw = batch.raw_out_loc.cpu().tolist()
+    return [row for row in range(batch.num_rows) if raw[row] != 0 and raw[row] // 2 in slots]
 
 
-def _diff_slots(got: Pools, want: Pools, batch: ExtendBatch) -> tuple[list[int], str]:
-    """c2 slots (slot 0 aside) where either cache differs, and up to three of them in words."""
-    bad = sorted(set(compare(got.kv_cache, want.kv_cache, "kv_cache", rows=slice(1, None)).bad)
-                 | set(compare(got.index_k, want.index_k, "index_k", rows=slice(1, None)).bad))
-    words = [_slot_words(batch, s, bool((want.kv_cache[s] == POISON).all())) for s in bad[:3]]
-    return bad, "; ".join(words) + (f" (and {len(bad) - 3} more)" if len(bad) > 3 else "")
-
-
-def _requests_text(batch: ExtendBatch) -> str:
-    pad = f" padded to {batch.num_rows}" if batch.num_rows > batch.live_rows else ""
-    return f"{[tuple(r) for r in batch.requests]}{pad}"
+def _diff_ring(got: torch.Tensor, want: torch.Tensor, batch: ExtendBatch, rows: torch.Tensor,
+               ring_size: int) -> tuple[list[int], list[int], str]:
+    """Ring rows that differ, the batch rows that should have written them (for the picture), and up to
+    three in words: the sentinel not restored, never written, written wrong (with whose values), or
+    written where this batch parks nothing. ``rows``: the batch's ``| kv | score |`` ``[T, 2D]``."""
+    plan, sentinel = plan_rows(batch, ring_size), got.shape[0] - 1
+    bad, words = compare(got, want, "ring").bad, []
+    for r in bad:
+        if r == sentinel:
+            words.append(f"ring row {r}, the sentinel: not restored to | 0 | -inf | after the park")
+        elif r not in plan.parked:
+            words.append(f"ring row {r}: written, but this batch parks nothing there (it should keep what it held)")
+        elif bool((got[r] == POISON).all()):
+            words.append(f"ring row {r} (should hold {row_words(plan, plan.parked[r])}): never written "
+                         f"(still the poison {POISON:g})")
+        else:
+            match = (rows.cpu() == got[r].cpu()).all(dim=1).nonzero().flatten().tolist()
+            holds = f": it holds {row_words(plan, match[0])}'s | kv | score |" if match else ""
+            words.append(f"ring row {r} (should hold {row_words(plan, plan.parked[r])}): written wrong{holds}")
+    writers = [plan.parked[r] for r in bad if r in plan.parked]
+    return bad, writers, _more(words[:3], len(words))
 
 
 def _graph_phase(cfg, rng, state, capture_fn, load_inputs, run_eager, differs, bucket=16, slots=4):
@@ -153,7 +194,7 @@ def _graph_phase(cfg, rng, state, capture_fn, load_inputs, run_eager, differs, b
     static = StaticBatch(bucket, slots, device=DEFAULT_DEVICE)
     got = capture(lambda: capture_fn(static.batch))
     if got.error:
-        return [(False, f"the capture refused your function, in {got.where}: {got.error}")]
+        return [(False, refusal_words(got))]
     replays = practice_batches(cfg, rng, 8, bucket=bucket, request_slots=slots)
     for what, batch in replays:
         load_inputs(batch)
@@ -163,14 +204,16 @@ def _graph_phase(cfg, rng, state, capture_fn, load_inputs, run_eager, differs, b
         bad_rows, words = differs(batch)
         if bad_rows is not None:
             state.setdefault("fig", (batch, bad_rows, f"graph replay: {what}"))
-            return [(False, f"captured once, replayed on {what} ({_requests_text(batch)}): {words}")]
+            return [(False, f"captured once on a dummy batch (one request of all {bucket} rows), replayed on "
+                            f"{what} {requests_text(batch)}: {words}")]
     return [(True, f"captured once on a dummy batch, replayed on {len(replays)} batches of {bucket} rows: "
                    "every replay equal to eager")]
 
 
 def check_store_graph_safe(fn) -> CheckResult:
     """Check ``fn(pools, latent, key, batch, layer)``: writes what notebook 01's ``my_store`` writes
-    (slot 0 aside), and can be captured once and replayed on any batch."""
+    (slot 0 aside) into ``pools.kv_cache`` and ``pools.index_k`` in place, and can be captured once
+    and replayed on any batch."""
     cfg, rng, state = Config.tiny(), fresh_rng(), {}
     layer = SourceLayer(cfg, seed=rng.randrange(2**31), use_fused_gate=False)
 
@@ -179,14 +222,18 @@ def check_store_graph_safe(fn) -> CheckResult:
             T = batch.num_rows
             latent, key = _random(rng, T, cfg.D, dtype=torch.bfloat16), _random(rng, T, cfg.index_dim, dtype=torch.bfloat16)
             mine, want = practice_pools(cfg, POISON), practice_pools(cfg, POISON)
+            before = {name: getattr(mine, name) for name in CACHES}
             fn(mine, latent, key, batch, layer)
+            rebound = _rebound(mine, before)
+            if rebound:
+                return [(False, f"run eagerly on {what} {requests_text(batch)}: {rebound}")]
             my_store(want, latent, key, batch, layer)
             bad, words = _diff_slots(mine, want, batch)
             if bad:
                 state.setdefault("fig", (batch, _rows_of(batch, bad), f"store, run eagerly: {what}"))
-                return [(False, f"run eagerly on {what} ({_requests_text(batch)}): {words}")]
+                return [(False, f"run eagerly on {what} {requests_text(batch)}: {words}")]
         eager = (True, "run eagerly on 16 batches (request boundaries, odd starts, padding, an idle rank, "
-                       "random ones): the same c2 slots as notebook 01's store")
+                       "random ones): the same c2 slots as notebook 01's store, in both caches")
         bucket = 16
         static_latent = torch.zeros(bucket, cfg.D, dtype=torch.bfloat16, device=DEFAULT_DEVICE)
         static_key = torch.zeros(bucket, cfg.index_dim, dtype=torch.bfloat16, device=DEFAULT_DEVICE)
@@ -204,20 +251,15 @@ def check_store_graph_safe(fn) -> CheckResult:
             cfg, rng, state, lambda b: fn(pools, static_latent, static_key, b, layer), load_inputs,
             lambda b: my_store(ref, static_latent, static_key, b, layer), differs, bucket)
 
-    return run_check("graph-safe store", cases, lambda: rows_figure(*state["fig"]) if "fig" in state else None)
+    return run_check("graph-safe store", cases, figure_of(state))
 
 
 def check_park_graph_safe(fn) -> CheckResult:
-    """Check ``fn(ring, kv, score, batch, ring_size)``: parks what the library's torch path parks (the
-    whole ring bitwise, sentinel included), and can be captured once and replayed on any batch."""
+    """Check ``fn(ring, kv, score, batch, ring_size)``: parks what the library's torch path parks into
+    ``ring`` in place (the whole ring bitwise, sentinel included), and can be captured once and
+    replayed on any batch."""
     cfg, rng, state = Config.tiny(), fresh_rng(), {}
     R, D = cfg.ring_size, cfg.D
-
-    def ring_diff(got, want, batch):
-        bad = compare(got, want, "ring").bad
-        words = "; ".join(_ring_words(batch, r, got.shape[0] - 1) for r in bad[:3])
-        rows = [plan_rows(batch, R).parked.get(r) for r in bad]
-        return bad, [r for r in rows if r is not None], words + (f" (and {len(bad) - 3} more)" if len(bad) > 3 else "")
 
     def cases():
         for what, batch in practice_batches(cfg, rng):
@@ -226,10 +268,10 @@ def check_park_graph_safe(fn) -> CheckResult:
             mine, want = practice_pools(cfg, POISON).ring, practice_pools(cfg, POISON).ring
             fn(mine, kv, score, batch, R)
             park(want, kv, score, batch, R)
-            bad, rows, words = ring_diff(mine, want, batch)
+            bad, rows, words = _diff_ring(mine, want, batch, torch.cat([kv, score], 1), R)
             if bad:
                 state.setdefault("fig", (batch, rows, f"park, run eagerly: {what}"))
-                return [(False, f"run eagerly on {what} ({_requests_text(batch)}): ring rows differ: {words}")]
+                return [(False, f"run eagerly on {what} {requests_text(batch)}: {words}")]
         eager = (True, "run eagerly on 16 batches (request boundaries, odd starts, padding, an idle rank, "
                        "random ones): the same ring, sentinel included")
         bucket = 16
@@ -241,10 +283,10 @@ def check_park_graph_safe(fn) -> CheckResult:
             score.copy_(_random(rng, bucket, D))
 
         def differs(batch):
-            bad, rows, words = ring_diff(ring, ref, batch)
-            return (rows, f"ring rows differ: {words}") if bad else (None, "")
+            bad, rows, words = _diff_ring(ring, ref, batch, torch.cat([kv, score], 1), R)
+            return (rows, words) if bad else (None, "")
 
         return [eager] + _graph_phase(cfg, rng, state, lambda b: fn(ring, kv, score, b, R), load_inputs,
                                       lambda b: park(ref, kv, score, b, R), differs, bucket)
 
-    return run_check("graph-safe park", cases, lambda: rows_figure(*state["fig"]) if "fig" in state else None)
+    return run_check("graph-safe park", cases, figure_of(state))
