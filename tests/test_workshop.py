@@ -27,6 +27,7 @@ from c2graph.measure.compare import compare_pools
 from c2graph.workshop import CheckResult
 from c2graph.workshop import my_compressor as wc
 from c2graph.workshop import graphs as wg
+from c2graph.workshop import setup_check
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 WORKSHOP = ("01_the_ratio2_compressor.ipynb", "03_cuda_graphs_and_broken_offsets.ipynb")
@@ -313,3 +314,57 @@ def test_my_compress_equals_the_torch_path_bitwise(batches, pad, seed):
     written[0] = False
     assert written.nonzero().flatten().tolist() == sorted(
         {s for r in batches for s in c2.ExtendBatch.build(r, alloc).stored_slots()})
+
+
+# --- notebook 00's set-up check -----------------------------------------------------------------
+
+
+def test_the_setup_check_says_ready_in_one_line_on_this_machine():
+    report = setup_check.check_setup()
+    assert report.ok and str(report).startswith("ready: ") and "\n" not in str(report), str(report)
+
+
+def test_the_setup_check_names_a_wrong_python_or_package_and_how_to_fix_it():
+    ok = {name: "99.0" for name in setup_check.NEEDED}
+    assert setup_check.version_problems(python="3.12.1", installed=ok) == []
+    (python,) = setup_check.version_problems(python="3.10.4", installed=ok)
+    assert python.startswith("Python 3.10.4 runs this notebook, c2graph needs Python >=3.11") and "python3" in python
+    old_torch, no_triton = setup_check.version_problems(installed={**ok, "torch": "2.5.1+cpu", "triton": None})
+    assert old_torch.startswith("torch 2.5.1+cpu is installed, c2graph needs torch>=") and "make lab" in old_torch
+    assert no_triton.startswith("triton is not installed: run `make lab`")
+    report = setup_check.SetupReport([old_torch, no_triton])
+    assert not report.ok and str(report).startswith("not ready: torch 2.5.1+cpu") and "\n" not in str(report)
+
+
+def test_the_setup_check_names_triton_imported_too_early(monkeypatch):
+    monkeypatch.setattr(setup_check._runtime, "HAS_CUDA", False)
+    monkeypatch.setattr(setup_check._runtime, "INTERPRET", False)
+    assert "restart the kernel and run `import c2graph` first" in setup_check.triton_problem()
+
+
+def test_the_setup_check_reports_a_kernel_or_a_graph_that_fails(monkeypatch):
+    assert setup_check.triton_problem() is None and setup_check.graph_problem() is None
+
+    class Broken:
+        def __getitem__(self, grid):
+            raise RuntimeError("no backend for this device\nmore")
+
+    class NoGraph:
+        def __init__(self):
+            raise RuntimeError("capture is not supported here")
+
+    monkeypatch.setattr(setup_check, "_add_one", Broken())
+    monkeypatch.setattr(setup_check, "Graph", NoGraph)
+    assert setup_check.triton_problem() == (
+        f"a Triton kernel failed (RuntimeError: no backend for this device): {setup_check.FIX_VERSIONS}")
+    assert setup_check.graph_problem().startswith("a graph capture and replay failed (RuntimeError: capture is not")
+    assert str(setup_check.check_setup()).startswith("not ready: a Triton kernel failed")
+
+
+def test_the_setup_check_reads_pyproject_where_c2graph_is_not_installed(monkeypatch):
+    def missing(name):
+        raise setup_check.metadata.PackageNotFoundError(name)
+
+    installed = setup_check.declared_requirements()
+    monkeypatch.setattr(setup_check.metadata, "metadata", missing)
+    assert setup_check.declared_requirements() == installed
