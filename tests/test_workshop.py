@@ -16,6 +16,7 @@ import json
 import textwrap
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 from hypothesis import given, settings
@@ -28,6 +29,8 @@ from c2graph.workshop import CheckResult
 from c2graph.workshop import my_compressor as wc
 from c2graph.workshop import graphs as wg
 from c2graph.workshop import setup_check
+from c2graph.workshop.student import student_copy
+from c2graph.workshop.yours import NAMES, load_yours
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 WORKSHOP = ("01_the_ratio2_compressor.ipynb", "03_cuda_graphs_and_broken_offsets.ipynb")
@@ -368,3 +371,51 @@ def test_the_setup_check_reads_pyproject_where_c2graph_is_not_installed(monkeypa
     installed = setup_check.declared_requirements()
     monkeypatch.setattr(setup_check.metadata, "metadata", missing)
     assert setup_check.declared_requirements() == installed
+
+
+# --- notebook 03 runs the reader's own functions ------------------------------------------------
+
+
+def notebook_01_with(tmp_path, replace: dict[str, str] | None = None, student: bool = False) -> Path:
+    """Notebook 01 saved to ``tmp_path``: its student copy, or with some functions' source replaced."""
+    nb = nbformat.read(NOTEBOOKS / WORKSHOP[0], as_version=4)
+    if student:
+        nb = student_copy(nb)
+    for cell in nb.cells:
+        for old, new in (replace or {}).items():
+            if cell.cell_type == "code" and old in cell.source:
+                cell.source = cell.source.replace(old, new)
+    path = tmp_path / WORKSHOP[0]
+    nbformat.write(nb, path)
+    return path
+
+
+def test_notebook_03_runs_every_function_of_the_full_notebook_01():
+    found = load_yours(NOTEBOOKS / WORKSHOP[0])
+    assert not found.fallbacks and str(found).startswith(f"from {WORKSHOP[0]}: yours: my_project,"), str(found)
+    assert all(f.__module__ != wc.__name__ for f in found.functions.values())  # not the library's copies
+    assert inspect.getsource(found.functions["my_store"]).startswith("def my_store(")  # 03 prints its diff
+
+
+def test_notebook_03_falls_back_to_the_reference_for_each_stub_and_says_so(tmp_path):
+    found = load_yours(notebook_01_with(tmp_path, student=True))
+    assert set(found.fallbacks) == {"my_previous_is_partner", "my_ring_read_rows", "my_park_mask"}
+    assert "my_previous_is_partner, my_ring_read_rows, my_park_mask: not written yet" in str(found)
+    assert found.functions["my_park_mask"] is wc.my_park_mask
+    assert found.functions["my_compress"].__module__ != wc.__name__  # the reader's, calling the reference rules
+
+
+def test_notebook_03_falls_back_for_an_exercise_whose_check_fails(tmp_path):
+    path = notebook_01_with(tmp_path, {"torch.arange(T, device=batch.pos.device) + ring_size":
+                                       "torch.arange(T, device=batch.pos.device) + ring_size + 1"})
+    found = load_yours(path)
+    assert found.fallbacks == {"my_park_mask": "its check (check_park_mask) does not pass yet"}, str(found)
+
+
+def test_notebook_03_falls_back_everywhere_when_the_readers_compressor_differs(tmp_path):
+    path = notebook_01_with(tmp_path, {"return kv_prev * w0 + kv * w1, w0": "return kv_prev * w1 + kv * w0, w0"})
+    found = load_yours(path)
+    assert set(found.fallbacks) == set(NAMES) and "your my_compress differs from the torch path (kv_cache: FAIL" in str(found)
+    assert all(f is getattr(wc, name) for name, f in found.functions.items())
+    missing = load_yours(tmp_path / "elsewhere.ipynb")
+    assert set(missing.fallbacks) == set(NAMES) and "was not found next to this notebook" in str(missing)
