@@ -109,7 +109,7 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         s, layer, pools = self.static, self.layer, self.pools
         offsets, grid_rows = s.extend_offsets, bucket
         if self.variant == "tolist":
-            starts, counts = s.extend_offsets.tolist()  # a host sync
+            starts, counts = s.extend_offsets.tolist()  # a copy from the device to the host
             offsets = s.extend_offsets.new_tensor([starts, counts])
         elif self.variant == "tensor_from_list":
             offsets = torch.tensor(self.host_offsets, dtype=torch.int32, device=pools.device)
