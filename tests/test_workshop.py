@@ -419,3 +419,10 @@ def test_notebook_03_falls_back_everywhere_when_the_readers_compressor_differs(t
     assert all(f is getattr(wc, name) for name, f in found.functions.items())
     missing = load_yours(tmp_path / "elsewhere.ipynb")
     assert set(missing.fallbacks) == set(NAMES) and "was not found next to this notebook" in str(missing)
+
+
+def test_notebook_03_falls_back_when_the_readers_cells_cannot_be_defined(tmp_path):
+    path = notebook_01_with(tmp_path, {"def my_gate(kv_prev, score_prev, kv, score):":
+                                       "def my_gate(kv_prev, score_prev, kv, score=undefined_name):"})
+    found = load_yours(path)
+    assert set(found.fallbacks) == set(NAMES) and "defining your functions raised NameError" in str(found), str(found)

@@ -49,8 +49,8 @@ def run_check(name: str, cases: Callable[[], list[tuple[bool, str]]], figure: Ca
     try:
         results = cases()
     except NotImplementedError as e:
-        return CheckResult(name, False, [f"your {_raised_in(e)} is not written yet: it still raises "
-                                         f"NotImplementedError ({e or 'no message'}); write its body"])
+        return CheckResult(name, False, [f"your {_raised_in(e)} is not written yet: its body still raises "
+                                         "NotImplementedError; write it (the task is in the cell above it)"])
     except Exception as e:  # the reader's code failed: say how, do not raise
         where = traceback.format_exception_only(type(e), e)[-1].strip()
         return CheckResult(name, False, [f"your {_raised_in(e)} raised {where}"])

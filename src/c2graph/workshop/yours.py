@@ -70,8 +70,14 @@ def load_yours(notebook: str | Path) -> Yours:
         result.functions = reference
         result.fallbacks = {name: f"{path} was not found next to this notebook" for name in NAMES}
         return result
-    found = _definitions(nbformat.read(path, as_version=4))
-    namespace = _run(found, f"<{path.name}: your functions>")
+    imports, found = _definitions(nbformat.read(path, as_version=4))
+    try:
+        namespace = _run(imports, found, f"<{path.name}: your functions>")
+    except Exception as e:  # the reader's cells fail as they are defined: say so, never raise
+        result.functions = reference
+        why = f"defining your functions raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        result.fallbacks = {name: why for name in NAMES}
+        return result
     for name in NAMES:
         if name not in found:
             result.fallbacks[name] = "not defined in notebook 01"
@@ -90,10 +96,10 @@ def load_yours(notebook: str | Path) -> Yours:
     return result
 
 
-def _definitions(nb) -> dict[str, ast.FunctionDef]:
-    """The last top-level ``def`` of each name of :data:`NAMES` in the notebook's code cells
-    (IPython's ``%`` and ``!`` lines left out; a cell that is not Python is skipped)."""
-    found = {}
+def _definitions(nb) -> tuple[list[ast.stmt], dict[str, ast.FunctionDef]]:
+    """The notebook's top-level imports, and the last top-level ``def`` of each name of :data:`NAMES`
+    in its code cells (IPython's ``%`` and ``!`` lines left out; a cell that is not Python is skipped)."""
+    imports, found = [], {}
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
@@ -102,13 +108,15 @@ def _definitions(nb) -> dict[str, ast.FunctionDef]:
             body = ast.parse(text).body
         except SyntaxError:
             continue
+        imports += [node for node in body if isinstance(node, (ast.Import, ast.ImportFrom))]
         found.update({node.name: node for node in body if isinstance(node, ast.FunctionDef) and node.name in NAMES})
-    return found
+    return imports, found
 
 
-def _run(found: dict[str, ast.FunctionDef], filename: str) -> dict:
-    """Define the functions in one namespace (with ``torch``), their source kept for ``inspect``."""
-    source = "import torch\n\n\n" + "\n\n\n".join(ast.unparse(node) for node in found.values()) + "\n"
+def _run(imports: list[ast.stmt], found: dict[str, ast.FunctionDef], filename: str) -> dict:
+    """Run the imports and define the functions in one namespace, their source kept for ``inspect``."""
+    head = "\n".join(["import torch"] + [ast.unparse(node) for node in imports])
+    source = head + "\n\n\n" + "\n\n\n".join(ast.unparse(node) for node in found.values()) + "\n"
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     namespace: dict = {"__name__": "notebook_01"}
     exec(compile(source, filename, "exec"), namespace)
