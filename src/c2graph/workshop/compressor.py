@@ -128,18 +128,19 @@ def refusal_words(captured: Captured) -> str:
     at = f"at `{captured.where}`" if captured.where else "in your function"
     first = captured.error or ""
     if first.startswith(UNPINNED_COPY.splitlines()[0]):
-        return (f"the capture refused your function {at}: a copy between the host and the device. "
-                "Writing a Python value into a tensor element by element (`mask[row] = True`) sends a host number to "
-                "the device on a GPU (the CPU emulation refuses it just as CUDA does), and `.tolist()` or `.cpu()` "
-                "reads one back. Even allowed, a loop over the batch's requests or rows runs once, at capture: "
-                "every replay would repeat the capture's batch. Compute it with tensor ops on the per-row "
-                "tensors (`batch.pos`, `batch.req`, `batch.raw_out_loc`)")
-    if first.startswith((NOT_PERMITTED, PREVIOUS_ERROR)):
-        return (f"the capture refused your function {at}: a host sync (CUDA error 900, \"operation not permitted "
-                "when stream is capturing\"): the host waited for a value of the batch (`.item()`, `int(t)`, "
-                "printing a tensor, `nonzero`, or boolean-mask indexing, whose result's size depends on the "
-                "values). Keep every shape fixed: `torch.where` over every row instead of selecting rows")
-    return f"the capture refused your function {at}: {first}"
+        kind = ("a copy between the host and the device: writing a Python value into a tensor element by "
+                "element (`mask[row] = True`) sends a host number to the device on a GPU (the CPU emulation "
+                "refuses it just as CUDA does), and `.tolist()` or `.cpu()` reads one back")
+    elif first.startswith((NOT_PERMITTED, PREVIOUS_ERROR)):
+        kind = ("a host sync (CUDA error 900, \"operation not permitted when stream is capturing\"): the host "
+                "waited for a value of the batch (`.item()`, `int(t)`, printing a tensor, `nonzero`, or "
+                "boolean-mask indexing, whose result's size depends on the values)")
+    else:
+        kind = first
+    return (f"the capture refused your function {at}: {kind}. A graph replays no Python: a loop over the "
+            "batch's requests or rows runs once, at capture, and every replay would repeat the capture's batch. "
+            "Compute it with tensor ops of fixed shape (`torch.where` over every row) on the per-row tensors "
+            "(`batch.pos`, `batch.req`, `batch.raw_out_loc`)")
 
 
 # --- the batches every check runs on ------------------------------------------------------------
