@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-import torch
 
 from ..compressor.batch import ExtendBatch
 from ..compressor.config import Config
