@@ -7,9 +7,11 @@ intermediate in registers (it reads back only the latent rows it just stored, fo
 product), and writes only what the batch must write: the compressed KV cache, the index-K cache,
 the ring and the pre-RoPE latents.
 
-The grid depends only on static sizes (the rows of the buffer, normally the bucket, and the
-device's SM count), never on how the rows are split into requests: the extend offsets are read
-*inside* the kernel, from a tensor. That is what lets a CUDA graph capture the launch.
+The grid depends only on static sizes (the rows of the buffer, normally the bucket, which also
+picks the blocks; the request slots; and, for a persistent grid, the device's SM count), never on
+how the rows are split into requests: the extend offsets are read *inside* the kernel, from a
+tensor. That is what lets a CUDA graph capture the launch. Whatever those tensors hold, the kernel
+masks every store by the real extents of the caches and the ring: it never writes outside them.
 
 Entry points:
 
@@ -226,7 +228,8 @@ def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
         return None
     compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
         projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-        kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
+        kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, kv_cache.shape[0],
+        ring.shape[0], eps,
         **kernel_constants(D, index_dim, rope_dim, ring_size, request_slots, blocks),
     )
     return None if INTERPRET else compiled
@@ -265,7 +268,11 @@ def fused_compress_(
     - ``grid_rows``: the rows the grid is sized for (:func:`grid_blocks`: blocks of :func:`kernel_blocks`'s ``groups`` pairs)
       (normally ``T``); groups in blocks past it are not computed
 
-    It trusts the extend offsets' values: check them first (:func:`check_extend_offsets`).
+    Whatever the values of the offsets, ``pos``, ``req`` and ``raw_out_loc``, the kernel writes
+    nothing outside ``ring``, ``kv_cache``, ``index_k`` and ``latent_out``: a group whose c2 slot
+    lies past the caches, or whose ring partner lies outside the ring, stores nothing, and a row
+    parked outside the ring is not parked. Right results need right values: check the offsets
+    first (:func:`check_extend_offsets`).
     """
     check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                  kv_cache, index_k, latent_out, ring_size, grid_rows)
