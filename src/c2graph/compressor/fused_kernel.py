@@ -51,8 +51,8 @@ import triton.language as tl
 
 from .._runtime import INTERPRET
 from . import fused_math, fused_rows, torch_path
-from .fused_math import (gate, gate_and_sum_squares, index_key_to_cache, latent_and_index_key, partners, rms_norm,
-                         rope, rope_angles)
+from .fused_math import (gate, gate_and_sum_squares, index_key_to_cache, index_key_weights, latent_and_index_key,
+                         partners, rms_norm, rope, rope_angles)
 from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring
 
 if INTERPRET:
@@ -76,8 +76,10 @@ def fused_compress_kernel(
 ):
     # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
     # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
-    # capture this launch. The pair table is the same for every block: read once a program.
+    # capture this launch. The pair table is the same for every block, and so are the index key's
+    # weights: read once a program, at its start, so that no later step waits for them.
     starts, ends, pairs, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
+    k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
                                                    raw_ptr, num_rows, LANES, GROUPS)
@@ -93,7 +95,7 @@ def fused_compress_kernel(
             tl.debug_barrier()
             k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
                                      cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
-            index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps, I, ROPE)
+            index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
                      num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
 

@@ -50,29 +50,33 @@ def gate(cur, prev, group, cols, D: tl.constexpr):
 
 
 @triton.jit
-def rms_norm(x, inv_rms, weight_ptr, cols):
-    """``x * inv_rms * weight[cols]`` in fp32, rounded to bf16 (returned as fp32): one RMSNorm tile.
+def rms_norm(x, inv_rms, weight):
+    """``x * inv_rms * weight`` in fp32, rounded to bf16 (returned as fp32): one RMSNorm tile.
 
     ``x``: ``[N, C]`` fp32 holding bf16 values; ``inv_rms``: ``[N]``, ``rsqrt(mean(x**2) + eps)``
-    over the whole row (the caller sums the squares of every tile of the row); ``cols``: ``[C]``,
-    columns of the row, every one inside it (no mask).
+    over the whole row (the caller sums the squares of every tile of the row); ``weight``: ``[C]``
+    fp32, the norm's weights at the tile's columns.
     """
-    weight = tl.load(weight_ptr + cols).to(tl.float32)
     return to_bf16(x * inv_rms[:, None] * weight[None, :]).to(tl.float32)
 
 
 @triton.jit
-def rope_angles(group_pos, inv_freq_ptr, pairs, first_rope_pair, ROPE: tl.constexpr):
-    """``cos`` and ``sin`` of the angle that turns each pair of dims: ``[N, P]`` fp32 each.
-
-    ``pairs``: ``[P]``, the index of each pair of dims ``(2p, 2p + 1)`` in its row; the rope dims
-    are the pairs from ``first_rope_pair`` on, and pair ``first_rope_pair + i`` turns by
-    ``group_pos * inv_freq[i]`` (``group_pos``: ``[N]`` fp32). Every other pair gets the angle 0:
-    ``cos = 1``, ``sin = 0``, which :func:`rope` leaves exactly as it is.
-    """
+def rope_frequencies(inv_freq_ptr, pairs, first_rope_pair, ROPE: tl.constexpr):
+    """The frequency each pair of dims turns by: ``[P]`` fp32. ``pairs``: ``[P]``, the index of each
+    pair of dims ``(2p, 2p + 1)`` in its row; the rope dims are the pairs from ``first_rope_pair``
+    on, and pair ``first_rope_pair + i`` turns by ``inv_freq[i]``; every other pair by 0."""
     i = pairs - first_rope_pair
-    turned = (i >= 0) & (i < ROPE // 2)
-    angle = group_pos[:, None] * tl.load(inv_freq_ptr + i, mask=turned, other=0.0)[None, :]
+    return tl.load(inv_freq_ptr + i, mask=(i >= 0) & (i < ROPE // 2), other=0.0)
+
+
+@triton.jit
+def rope_angles(group_pos, freq):
+    """``cos`` and ``sin`` of the angle that turns each pair of dims: ``[N, P]`` fp32 each, pair
+    ``p`` of row ``n`` by ``group_pos[n] * freq[p]`` (``group_pos``: ``[N]`` fp32; ``freq``: ``[P]``,
+    :func:`rope_frequencies`). A pair outside the rope dims gets the angle 0: ``cos = 1``,
+    ``sin = 0``, which :func:`rope` leaves exactly as it is.
+    """
+    angle = group_pos[:, None] * freq[None, :]
     return cos(angle), sin(angle)
 
 
@@ -160,12 +164,13 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
         kk = k0 + tl.arange(0, BLOCK_K)
         here = latent_ptr + rows[:, None] * D + kk[None, :]
         x = tl.load(here, mask=m, other=0.0).to(tl.float32)
-        latent = rms_norm(x, inv_rms, norm_w_ptr, kk)
+        latent = rms_norm(x, inv_rms, tl.load(norm_w_ptr + kk).to(tl.float32))
         a = latent.to(tl.bfloat16)
         tl.store(here, a, mask=m)
         to_cache = a
         if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
-            c, s = rope_angles(group_pos, inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
+            freq = rope_frequencies(inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
+            c, s = rope_angles(group_pos, freq)
             to_cache = rope(latent, c, s)
         tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m)
         # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
@@ -174,13 +179,21 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
 
 
 @triton.jit
-def index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps,
-                       I: tl.constexpr, ROPE: tl.constexpr):
-    """The index key ``k`` (``[N, I]`` fp32) rounded to bf16, RMSNorm with ``k_norm_w``, RoPE on
-    its last ``ROPE`` dims, stored in the index-K cache at the c2 slot."""
+def index_key_weights(k_norm_w_ptr, inv_freq_ptr, I: tl.constexpr, ROPE: tl.constexpr):
+    """What the index key's RMSNorm and RoPE read, loaded once a program, before anything waits on
+    it: ``k_norm_w`` (``[I]`` fp32) and each of its pairs of dims' frequency (``[I // 2]`` fp32)."""
+    k_norm = tl.load(k_norm_w_ptr + tl.arange(0, I)).to(tl.float32)
+    return k_norm, rope_frequencies(inv_freq_ptr, tl.arange(0, I // 2), (I - ROPE) // 2, ROPE)
+
+
+@triton.jit
+def index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I: tl.constexpr):
+    """The index key ``k`` (``[N, I]`` fp32) rounded to bf16, RMSNorm with ``k_norm`` (``[I]``
+    fp32), RoPE on its last dims (``key_freq``, :func:`index_key_weights`), stored in the index-K
+    cache at the c2 slot. Nothing here waits on memory: the weights are already in registers."""
     k = to_bf16(k).to(tl.float32)
     inv_rms = tl.rsqrt(row_sum_in_order(k * k, I) / I + eps)
     j = tl.arange(0, I)
-    c, s = rope_angles(group_pos, inv_freq_ptr, tl.arange(0, I // 2), (I - ROPE) // 2, ROPE)
-    key = rope(rms_norm(k, inv_rms, k_norm_w_ptr, j), c, s)
+    c, s = rope_angles(group_pos, key_freq)
+    key = rope(rms_norm(k, inv_rms, k_norm), c, s)
     tl.store(index_k_ptr + cache_slot[:, None] * I + j[None, :], key, mask=group[:, None])

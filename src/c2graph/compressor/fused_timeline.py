@@ -20,8 +20,8 @@ import triton
 import triton.language as tl
 
 from . import fused
-from .fused_kernel import (gate_and_sum_squares, group_rows, index_key_to_cache, lane_rows, latent_and_index_key,
-                           pair_table, park_in_ring, partners)
+from .fused_kernel import (gate_and_sum_squares, group_rows, index_key_to_cache, index_key_weights, lane_rows,
+                           latent_and_index_key, pair_table, park_in_ring, partners)
 
 STEPS = ("rows and flags", "pass A", "pass B", "index key", "park")
 """The steps of one program, in order: a program's stamps ``[start, *ends of each step]``."""
@@ -48,6 +48,7 @@ def timed_kernel(
     t = ts_ptr + pid * 6
     tl.store(t, stamp(pid))
     starts, ends, pairs, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
+    k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
                                                    raw_ptr, num_rows, LANES, GROUPS)
@@ -66,7 +67,7 @@ def timed_kernel(
             k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
                                      cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
             tl.store(t + 3, stamp((tl.sum(k) > -1.0).to(tl.int32)))
-            index_key_to_cache(k, group, cache_slot, group_pos, k_norm_w_ptr, inv_freq_ptr, index_k_ptr, eps, I, ROPE)
+            index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
             tl.store(t + 4, stamp(pid))
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
                      num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
