@@ -59,3 +59,17 @@ def test_timeline_kernel_runs_the_fused_kernels_stages_in_its_order():
     kernel = calls(fused_kernel.source(fused_kernel.fused_compress_kernel))
     assert kernel, "found no stage calls in the fused kernel"
     assert calls(fused_kernel.source(fused_timeline.timed_kernel)) == kernel
+
+
+def test_blocks_are_named_as_the_sweep_spells_its_variants():
+    """``KernelBlocks.name`` (pictures, NOTES) reads back through the sweep's parser as the same blocks."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from sweep import parse_variant
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from c2graph.compressor.fused import KernelBlocks, kernel_blocks
+
+    for blocks in (kernel_blocks(32, 16), kernel_blocks(512, 2048), kernel_blocks(512, 65536),
+                   KernelBlocks(groups=32, chunk=16, block_k=32, num_warps=8, programs_per_sm=2, max_registers=96)):
+        assert parse_variant(blocks.name) == blocks

@@ -48,7 +48,17 @@ def test_each_program_is_a_bar_of_its_steps():
         for bar, p in zip(bars, programs):  # segment i runs from stamp i to stamp i + 1
             xs = [x for path in bar.get_paths() for x in (path.vertices[:, 0].min(), path.vertices[:, 0].max())]
             assert xs == pytest.approx([p[i + e] for i in range(len(STEPS)) for e in (0, 1)])
-        assert f"{len(programs)} programs" in ax.get_title()
+        assert f"{len(programs)} programs" in ax.get_title(loc="left")
+
+
+def test_the_title_says_what_of_the_replay_lies_outside_the_programs():
+    data = timeline_data(seed=3)
+    data["launch_us"] = 3.0
+    span = max(p[-1] for p in data["timelines"]["256"]["stamps_us"])
+    data["timelines"]["256"]["replay_us"] = span + 4.5
+    title = draw_timeline(data).axes[0].get_title(loc="left")
+    assert f"graph replay {span + 4.5:.1f} µs: 4.5 µs of it outside the programs" in title
+    assert "one-node graph replays in 3.0 µs" in title
 
 
 def test_bounds_and_files(tmp_path):

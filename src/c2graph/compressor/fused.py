@@ -73,6 +73,15 @@ class KernelBlocks:
     def lanes(self) -> int:
         return block_lanes(self.groups)
 
+    @property
+    def name(self) -> str:
+        """The blocks spelled as ``benchmarks/NOTES.md`` spells its variants:
+        ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>``."""
+        extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
+                        if value is not None)
+        return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
+                f".a{self.gate_stages}")
+
 
 def block_lanes(groups: int) -> int:
     """Lanes of a block's tiles, one pair of rows each: ``groups``, or 16 (``tl.dot``'s smallest
@@ -83,10 +92,10 @@ def block_lanes(groups: int) -> int:
 SMALL_BLOCKS = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_SMALL_BUCKET = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=3)
+WIDE_SMALL_BUCKET = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=4)
 """Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows: the
 most programs (8 pairs in 16-lane tiles), about one an SM, so a replay takes one program's chain
-of memory round trips: 8 warps share each step, and the loads of pass A run two chunks ahead of
+of memory round trips: 8 warps share each step, and the loads of pass A run three chunks ahead of
 its math, those of pass B's product two steps ahead (measured on an H200: ``benchmarks/NOTES.md``)."""
 
 WIDE_LARGE_BUCKET = KernelBlocks(groups=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3)

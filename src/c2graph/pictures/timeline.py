@@ -16,6 +16,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import MaxNLocator
 
 from .style import CATEGORY_COLOURS, FONT, MAX_WIDTH, MUTED, TITLE_FONT
 
@@ -51,7 +52,7 @@ def measure_timeline(rows=ROWS, runs: int = 6) -> dict:
         for s in sets[:runs]:
             ts = program_stamps(layer, s.projected, s.batch, s.pools, s.latent)
         us = (ts - ts[:, 0].min()).double() / 1e3
-        found[str(n)] = {"blocks": repr(kernel_blocks(cfg.D, n)), "stamps_us": [[round(v, 3) for v in p]
+        found[str(n)] = {"blocks": kernel_blocks(cfg.D, n).name, "stamps_us": [[round(v, 3) for v in p]
                                                                               for p in us.tolist()]}
     return {"device": _runtime.environment()["device"], "date": datetime.date.today().isoformat(),
             "steps": list(STEPS), "timelines": found}
@@ -60,8 +61,10 @@ def measure_timeline(rows=ROWS, runs: int = 6) -> dict:
 def draw_timeline(data: dict | str | os.PathLike) -> Figure:
     """One panel per bucket: each program a horizontal bar from its start to its end, coloured by
     step (rows and flags, pass A, pass B, the index key, the park), programs sorted by start. The
-    right end of the longest bar is the launch's span; what a graph replay adds (about one
-    launch) is not drawn. ``data``: what :func:`measure_timeline` returns, or a file holding it."""
+    dashed line is the launch's span (first start to last end). Where ``data`` holds the same
+    run's graph replay of the fused path (``replay_us``) and of a one-node graph
+    (``launch_us``), the title says how much of the replay lies outside the programs.
+    ``data``: what :func:`measure_timeline` returns, or a file holding it."""
     if not isinstance(data, dict):
         data = json.loads(Path(data).read_text())
     panels = sorted(data["timelines"].items(), key=lambda kv: int(kv[0]))
@@ -76,9 +79,14 @@ def draw_timeline(data: dict | str | os.PathLike) -> Figure:
         span = max(p[-1] for p in programs)
         ends = sorted(p[-1] - p[0] for p in programs)
         ax.axvline(span, color=MUTED, linewidth=1, linestyle="--")
-        ax.set_title(f"{rows} rows: {len(programs)} programs ({panel['blocks']}); launch {span:.1f} µs, "
-                     f"median program {ends[len(ends) // 2]:.1f} µs", fontsize=FONT)
+        title = (f"{rows} rows, {len(programs)} programs ({panel['blocks']}): median program "
+                 f"{ends[len(ends) // 2]:.1f} µs, launch span {span:.1f} µs")
+        if "replay_us" in panel:
+            title += (f"\ngraph replay {panel['replay_us']:.1f} µs: {panel['replay_us'] - span:.1f} µs of it "
+                      f"outside the programs (a one-node graph replays in {data['launch_us']:.1f} µs)")
+        ax.set_title(title, fontsize=FONT, loc="left")
         ax.set_ylim(-1, len(programs))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylabel("program (by start)", fontsize=FONT)
         ax.tick_params(labelsize=FONT)
     axes[-1].set_xlabel("µs from the first program's start", fontsize=FONT)
@@ -105,9 +113,15 @@ def newest_timeline(folder: str | os.PathLike | None = None) -> Path | None:
 
 
 def write_timeline(results_file: str | os.PathLike, rows=ROWS, dpi: int = 150) -> list[Path]:
-    """Measure the timelines (:func:`measure_timeline`, a CUDA device), store them beside
-    ``results_file`` (:func:`timeline_file`) and draw them there as a PNG; returns both paths."""
+    """Measure the timelines (:func:`measure_timeline`, a CUDA device), with the fused path's graph
+    replay and the one-node graph's from ``results_file`` where it has them, store them beside it
+    (:func:`timeline_file`) and draw them there as a PNG; returns both paths."""
     data = measure_timeline(rows)
+    results = json.loads(Path(results_file).read_text()) if Path(results_file).exists() else {}
+    for r in results.get("records", []):
+        if r["path"] == "fused" and r["mode"] == "graph" and str(r["rows"]) in data["timelines"]:
+            data["timelines"][str(r["rows"])]["replay_us"] = r["median_us"]
+            data["launch_us"] = results["launch_us"]["graph"]
     out = timeline_file(results_file)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
