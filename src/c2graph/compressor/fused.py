@@ -101,7 +101,7 @@ its math, those of pass B's product two steps ahead (measured on an H200: ``benc
 WIDE_LARGE_BUCKET = KernelBlocks(groups=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3)
 """Layers with ``D >= 256`` in larger buckets: 16 pairs a block, every lane busy, 4 warps, so that
 five programs fit on an SM and hide each other's loads. The same tiles and column sweeps as
-:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_kernel.row_sum`),
+:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_math.row_sum`),
 so each group's arithmetic, and every bit of its results, is the same in every bucket."""
 
 SMALL_BUCKET_ROWS = 4096
