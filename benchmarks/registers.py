@@ -40,7 +40,8 @@ from sweep import parse_variant  # noqa: E402
 POINTERS = {"projected_ptr": "*fp32", "ring_ptr": "*fp32", "pos_ptr": "*i64", "req_ptr": "*i64", "raw_ptr": "*i64",
             "offsets_ptr": "*i32", "norm_w_ptr": "*bf16", "wk_ptr": "*bf16", "k_norm_w_ptr": "*bf16",
             "inv_freq_ptr": "*fp32", "kv_cache_ptr": "*bf16", "index_k_ptr": "*bf16", "latent_ptr": "*bf16"}
-SCALARS = {"num_rows": "i32", "request_slots": "i32", "num_blocks": "i32", "eps": "fp32"}
+SCALARS = {"num_rows": "i32", "request_slots": "i32", "num_blocks": "i32", "kv_slots": "i32", "ring_rows": "i32",
+           "eps": "fp32"}
 
 
 def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config, request_slots: int = 16,

@@ -38,10 +38,10 @@ import torch
 
 import c2graph as c2
 from c2graph.compressor import fused
+from c2graph.compressor.pools import POISON
 from c2graph.measure.traffic import minimum_bytes
 
 TOL = 2**-6
-POISON = 123.0
 L2_BYTES = 60 * 2**20
 
 
@@ -226,6 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reps", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=8, help="processes compiling variants in parallel")
     parser.add_argument("--out", default="sweep.json")
+    parser.add_argument("--torch-reps", type=int, default=30,
+                        help="replays of the torch path's graph per row count (0: not timed, only checked against)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("sweep.py times kernels on a CUDA GPU; this machine has none.", file=sys.stderr)
@@ -246,10 +248,12 @@ def main(argv=None) -> int:
         case = Case(rows)
         want = case.fresh()
         case.torch_path(case.buffers[0], *want)
-        pools, latent = case.fresh()
-        torch_graphs = [capture(lambda p=p: case.torch_path(p, pools, latent)) for p in case.buffers]
-        torch_us = statistics.median(time_replays(torch_graphs, 30))
-        del torch_graphs, pools, latent
+        torch_us = float("nan")
+        if args.torch_reps > 0:
+            pools, latent = case.fresh()
+            torch_graphs = [capture(lambda p=p: case.torch_path(p, pools, latent)) for p in case.buffers]
+            torch_us = statistics.median(time_replays(torch_graphs, args.torch_reps))
+            del torch_graphs, pools, latent
         for spec in specs:
             try:
                 r = measure_variant(case, spec, want, args.reps)

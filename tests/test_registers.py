@@ -43,10 +43,10 @@ def test_timeline_tool_compiles_its_stamped_kernel_for_sm90():
 
 
 def test_timeline_kernel_runs_the_fused_kernels_stages_in_its_order():
-    """benchmarks/timeline.py times a copy of the kernel's body: it must call the same stages, in the same order."""
+    """The stamped kernel is a copy of the kernel's body: it must call the same stages, in the same order."""
     import ast
 
-    from c2graph.compressor import fused_kernel
+    from c2graph.compressor import fused_kernel, fused_timeline
 
     names = {getattr(stage.kernel, "fn", stage.kernel).__name__ for stage in fused_kernel.STAGES}
     names.discard("fused_compress_kernel")
@@ -56,8 +56,20 @@ def test_timeline_kernel_runs_the_fused_kernels_stages_in_its_order():
                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names]
         return [n.func.id for n in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
 
-    tool = (ROOT / "benchmarks" / "timeline.py").read_text()
-    timed = next(n for n in ast.parse(tool).body if isinstance(n, ast.FunctionDef) and n.name == "timed_kernel")
     kernel = calls(fused_kernel.source(fused_kernel.fused_compress_kernel))
     assert kernel, "found no stage calls in the fused kernel"
-    assert calls(ast.get_source_segment(tool, timed)) == kernel
+    assert calls(fused_kernel.source(fused_timeline.timed_kernel)) == kernel
+
+
+def test_blocks_are_named_as_the_sweep_spells_its_variants():
+    """``KernelBlocks.name`` (pictures, NOTES) reads back through the sweep's parser as the same blocks."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from sweep import parse_variant
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    from c2graph.compressor.fused import KernelBlocks, kernel_blocks
+
+    for blocks in (kernel_blocks(32, 16), kernel_blocks(512, 2048), kernel_blocks(512, 65536),
+                   KernelBlocks(groups=32, chunk=16, block_k=32, num_warps=8, programs_per_sm=2, max_registers=96)):
+        assert parse_variant(blocks.name) == blocks

@@ -7,9 +7,11 @@ intermediate in registers (it reads back only the latent rows it just stored, fo
 product), and writes only what the batch must write: the compressed KV cache, the index-K cache,
 the ring and the pre-RoPE latents.
 
-The grid depends only on static sizes (the rows of the buffer, normally the bucket, and the
-device's SM count), never on how the rows are split into requests: the extend offsets are read
-*inside* the kernel, from a tensor. That is what lets a CUDA graph capture the launch.
+The grid depends only on static sizes (the rows of the buffer, normally the bucket, which also
+picks the blocks; the request slots; and, for a persistent grid, the device's SM count), never on
+how the rows are split into requests: the extend offsets are read *inside* the kernel, from a
+tensor. That is what lets a CUDA graph capture the launch. Whatever those tensors hold, the kernel
+masks every store by the real extents of the caches and the ring: it never writes outside them.
 
 Entry points:
 
@@ -71,6 +73,15 @@ class KernelBlocks:
     def lanes(self) -> int:
         return block_lanes(self.groups)
 
+    @property
+    def name(self) -> str:
+        """The blocks spelled as ``benchmarks/NOTES.md`` spells its variants:
+        ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>``."""
+        extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
+                        if value is not None)
+        return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
+                f".a{self.gate_stages}")
+
 
 def block_lanes(groups: int) -> int:
     """Lanes of a block's tiles, one pair of rows each: ``groups``, or 16 (``tl.dot``'s smallest
@@ -81,16 +92,16 @@ def block_lanes(groups: int) -> int:
 SMALL_BLOCKS = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_SMALL_BUCKET = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=3)
+WIDE_SMALL_BUCKET = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=4)
 """Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows: the
 most programs (8 pairs in 16-lane tiles), about one an SM, so a replay takes one program's chain
-of memory round trips: 8 warps share each step, and the loads of pass A run two chunks ahead of
+of memory round trips: 8 warps share each step, and the loads of pass A run three chunks ahead of
 its math, those of pass B's product two steps ahead (measured on an H200: ``benchmarks/NOTES.md``)."""
 
 WIDE_LARGE_BUCKET = KernelBlocks(groups=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3)
 """Layers with ``D >= 256`` in larger buckets: 16 pairs a block, every lane busy, 4 warps, so that
 five programs fit on an SM and hide each other's loads. The same tiles and column sweeps as
-:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_kernel.row_sum`),
+:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_math.row_sum`),
 so each group's arithmetic, and every bit of its results, is the same in every bucket."""
 
 SMALL_BUCKET_ROWS = 4096
@@ -226,7 +237,8 @@ def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
         return None
     compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
         projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-        kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, eps,
+        kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, kv_cache.shape[0],
+        ring.shape[0], eps,
         **kernel_constants(D, index_dim, rope_dim, ring_size, request_slots, blocks),
     )
     return None if INTERPRET else compiled
@@ -265,7 +277,11 @@ def fused_compress_(
     - ``grid_rows``: the rows the grid is sized for (:func:`grid_blocks`: blocks of :func:`kernel_blocks`'s ``groups`` pairs)
       (normally ``T``); groups in blocks past it are not computed
 
-    It trusts the extend offsets' values: check them first (:func:`check_extend_offsets`).
+    Whatever the values of the offsets, ``pos``, ``req`` and ``raw_out_loc``, the kernel writes
+    nothing outside ``ring``, ``kv_cache``, ``index_k`` and ``latent_out``: a group whose c2 slot
+    lies past the caches, or whose ring partner lies outside the ring, stores nothing, and a row
+    parked outside the ring is not parked. Right results need right values: check the offsets
+    first (:func:`check_extend_offsets`).
     """
     check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                  kv_cache, index_k, latent_out, ring_size, grid_rows)
