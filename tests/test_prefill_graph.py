@@ -293,7 +293,7 @@ def test_a_grid_sized_from_the_capture_batch_never_computes_later_groups():
     missed = set()
     for batch in batches:  # 9 and 10 pairs: each batch's last group row lies past the grid
         raw = batch.raw_out_loc.cpu()
-        plan = c2.program_plan(batch, 2)
+        plan = c2.program_plan(batch, 2, groups=GROUPS)
         missed |= {int(raw[row]) // 2 for p in plan[blocks:] for row in p["groups"]}
     assert blocks == 1 and len(missed) == 2 and _wrong_slots(pools, ref) == missed
     assert (pools.kv_cache[sorted(missed)].float() == POISON).all(), "never written: still the poison"
