@@ -165,6 +165,9 @@ def test_build_on_a_device_this_machine_lacks_is_refused_before_allocating():
     assert_refused(lambda: c2.ExtendBatch.build([(0, 0, 4)], alloc, device=missing), f"device = '{missing}'.*{expected}",
                    alloc)
     assert_refused(lambda: c2.ExtendBatch.build([(0, 0, 4)], alloc, device="gpu"), "device = 'gpu'; expected", alloc)
+    for make in (lambda: c2.Pools(CFG, 4, 64, device=missing), lambda: c2.SourceLayer(CFG, device=missing)):
+        with pytest.raises(ValueError, match=f"device = '{missing}'.*{expected}"):
+            make()
 
 
 BUILD_REFUSALS = [  # (requests, keyword arguments, our words)

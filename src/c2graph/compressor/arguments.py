@@ -1,8 +1,9 @@
 """Argument checks shared by every entry point. Each raises ``ValueError`` naming the argument, its
 value and what was expected, before anything is written or allocated.
 
-- :func:`as_int`: an int argument (a Python or numpy int, anything ``operator.index`` takes; never a
-  ``bool``, a float or a string), within bounds;
+- :func:`as_int`, :func:`as_ints`: an int argument (a Python or numpy int, anything
+  ``operator.index`` takes; never a ``bool``, a float or a string), within bounds; a list of them;
+- :func:`as_positive_real`: a finite number > 0;
 - :func:`as_device`: a device argument that this machine has;
 - :func:`check_tensor`, :func:`check_layer_batch_pools`, :func:`check_projected`: the tensors of the
   torch and fused paths, against the layer, the batch and the pools.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import math
 import operator
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import torch
@@ -40,6 +42,14 @@ def as_int(name: str, value, *, least: int | None = None, below: int | None = No
     if (least is not None and number < least) or (below is not None and number >= below):
         raise ValueError(f"{name} = {number}; expected {expected}")
     return number
+
+
+def as_ints(name: str, values, *, least: int | None = None) -> list[int]:
+    """A list of int arguments (:func:`as_int` each, named ``name[i]``); ``ValueError`` unless
+    ``values`` is a non-empty sequence."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable) or not (values := list(values)):
+        raise ValueError(f"{name} = {values!r}; expected a non-empty list of ints" + (f" >= {least}" if least else ""))
+    return [as_int(f"{name}[{i}]", v, least=least) for i, v in enumerate(values)]
 
 
 def as_positive_real(name: str, value) -> float:

@@ -64,16 +64,19 @@ class ExtendBatch:
 
     def __post_init__(self) -> None:
         rows = [getattr(self, name) for name in ROW_TENSORS]
-        if not all(isinstance(t, torch.Tensor) and t.dim() == 1 and not t.is_floating_point() for t in rows) or (
-            len({t.shape[0] for t in rows}) != 1
-        ):
+        well_formed = all(isinstance(t, torch.Tensor) and t.dim() == 1 and not t.is_floating_point() for t in rows)
+        if not well_formed or len({(t.shape[0], t.device) for t in rows}) != 1:
             object.__setattr__(self, "extents", {})  # malformed: the tensor checks name it before any use
             return
-        lo, hi = (torch.stack(rows).aminmax(dim=1) if rows[0].numel() else (rows[0].new_zeros(4), rows[0].new_full((4,), -1)))
-        extents = dict(zip(ROW_TENSORS, zip(lo.tolist(), hi.tolist())))
+        if rows[0].numel():
+            lo, hi = (v.tolist() for v in torch.stack(rows).aminmax(dim=1))
+        else:
+            lo, hi = [0] * len(rows), [-1] * len(rows)
+        extents = dict(zip(ROW_TENSORS, zip(lo, hi)))
         object.__setattr__(self, "extents", extents)
-        addressed = max(extents["c2_slot"][1], extents["raw_out_loc"][1] // 2) + 1
-        object.__setattr__(self, "kv_slots_needed", max(as_int("kv_slots_needed", self.kv_slots_needed), addressed, 1))
+        addressed = max(extents["c2_slot"][1], extents["raw_out_loc"][1] // 2, 0) + 1
+        needed = max(as_int("kv_slots_needed", self.kv_slots_needed), addressed)
+        object.__setattr__(self, "kv_slots_needed", needed)
 
     @property
     def live_rows(self) -> int:

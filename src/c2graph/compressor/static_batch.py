@@ -43,15 +43,15 @@ class StaticBatch:
         device = as_device("device", device, DEFAULT_DEVICE)
         for name in ROWS:
             setattr(self, name, torch.zeros(self.bucket, dtype=torch.int64, device=device))
-        self.extend_offsets = torch.zeros(2, self.request_slots, dtype=torch.int32, device=device)
+        self.low_ratio_extend_offsets = torch.zeros(2, self.request_slots, dtype=torch.int32, device=device)
         self.load_dummy()
         sizes = {as_int(f"buckets[{i}]", b, least=1, below=self.bucket + 1) for i, b in enumerate(buckets)}
         self._views = {rows: self._make_view(rows) for rows in sorted(sizes | {self.bucket})}
 
     @property
-    def low_ratio_extend_offsets(self) -> torch.Tensor:
-        """The extend offsets, by the name the engine's graph metadata gives them."""
-        return self.extend_offsets
+    def extend_offsets(self) -> torch.Tensor:
+        """``low_ratio_extend_offsets``, by the name an :class:`ExtendBatch` gives its offsets."""
+        return self.low_ratio_extend_offsets
 
     @property
     def batch(self) -> ExtendBatch:
@@ -66,11 +66,12 @@ class StaticBatch:
 
     def _make_view(self, rows: int) -> ExtendBatch:
         return ExtendBatch((Request(0, 0, rows),), *(getattr(self, name)[:rows] for name in ROWS),
-                           self.extend_offsets, kv_slots_needed=1)
+                           self.low_ratio_extend_offsets, kv_slots_needed=1)
 
     def metadata(self) -> dict[str, torch.Tensor]:
         """Every tensor by name: the per-row tensors and ``low_ratio_extend_offsets``."""
-        return {**{name: getattr(self, name) for name in ROWS}, "low_ratio_extend_offsets": self.extend_offsets}
+        offsets = {"low_ratio_extend_offsets": self.low_ratio_extend_offsets}
+        return {**{name: getattr(self, name) for name in ROWS}, **offsets}
 
     def load_dummy(self, rows: int | None = None) -> None:
         """One request covering the first ``rows`` rows (all by default), every row padding
@@ -79,7 +80,7 @@ class StaticBatch:
         self.pos[:rows].copy_(torch.arange(rows, device=self.pos.device))
         for name in ROWS[1:]:
             getattr(self, name)[:rows].zero_()
-        self.extend_offsets.copy_(build_extend_offsets([rows], self.request_slots))
+        self.low_ratio_extend_offsets.copy_(build_extend_offsets([rows], self.request_slots))
 
     def load(self, batch: ExtendBatch) -> None:
         """``copy_`` a batch of at most ``bucket`` rows and exactly ``request_slots`` slots into the
@@ -89,4 +90,4 @@ class StaticBatch:
                              f"at most {self.bucket} and exactly {self.request_slots} (pad_to and request_slots)")
         for name in ROWS:
             getattr(self, name)[: batch.num_rows].copy_(getattr(batch, name))
-        self.extend_offsets.copy_(batch.extend_offsets)
+        self.low_ratio_extend_offsets.copy_(batch.extend_offsets)

@@ -19,9 +19,9 @@ same time).
 
 To run a batch: pick the smallest bucket that fits (eager above the largest bucket, when padding
 would more than double the rows, or when the batch has more requests than ``request_slots``),
-build the batch's metadata, ``copy_`` it into the
-static buffers once for all layers, run each layer's source projection on the live rows into its
-static projection buffer (zeroing its tail), and replay.
+check the batch against every layer's pools and build its metadata, ``copy_`` it into the static
+buffers once for all layers, run each layer's source projection on the live rows into its static
+projection buffer (zeroing its tail), and replay.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compressor.arguments import as_int
+from ..compressor.arguments import as_int, as_ints
 from ..compressor.batch import ExtendBatch, check_requests
 from ..compressor.compress import compress, layer_path
 from ..compressor.fused import compress_fused
@@ -84,7 +84,7 @@ class LayerBuffers:
 
 
 class StaticBuffers(StaticBatch):
-    """Every tensor the captured work reads or writes, at a fixed address, sized for ``rows``.
+    """Every tensor the captured work reads or writes, at a fixed address, sized for the largest bucket.
 
     The row metadata and ``low_ratio_extend_offsets`` (the :class:`StaticBatch`, one view per
     bucket) are shared by all layers; ``layers[i]`` holds layer ``i``'s :class:`LayerBuffers`.
@@ -124,9 +124,7 @@ class PrefillGraphRunner:
         capture: bool = True,
     ):
         self.layers, self.layer_pools = check_layers_and_pools(layers, pools)
-        buckets = sorted({as_int(f"buckets[{i}]", b, least=1) for i, b in enumerate(buckets)})
-        if not buckets:
-            raise ValueError("buckets = []; expected at least one positive int")
+        buckets = sorted(set(as_ints("buckets", buckets, least=1)))
         self.buckets, self.request_slots = buckets, as_int("request_slots", request_slots, least=1)
         self.device = self.layer_pools[0].device
         self.static = StaticBuffers(self.layers, buckets, self.request_slots, self.device)
@@ -208,8 +206,9 @@ class PrefillGraphRunner:
         requests = check_requests(requests, allocator)
         live = sum(r.extend_len for r in requests)
         xs = self._check_xs(xs, live)
-        pad_to = live if pad_to is None else as_int("pad_to", pad_to, least=live, least_is=f"the batch's {live} live rows")
-        bucket = self.pick_bucket(pad_to)
+        if pad_to is not None:
+            pad_to = as_int("pad_to", pad_to, least=live, least_is=f"the batch's {live} live rows")
+        bucket = self.pick_bucket(live if pad_to is None else pad_to)
         if bucket is None or len(requests) > self.request_slots:
             return self._run_eager(requests, allocator, xs, pad_to)
         if bucket not in self.graphs:
