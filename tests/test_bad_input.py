@@ -1,13 +1,11 @@
-"""Bad input: refused with a ValueError that names the argument and the expected value, before
-anything changes.
+"""Bad input: refused with a ValueError naming the argument and the expected value, before anything changes.
 
 Every case asserts the error *and* that nothing changed, bitwise: the pools (``kv_cache``,
 ``index_k``, ``ring``), the allocator (its free pages in order, its ``req_to_token`` table) and,
 where a prefill graph runner is involved, its static buffers, its layers' pools and its graphs.
-Both paths run every case (``use_fused_gate`` True and False); cases with a graph run on both
-backends (the CPU emulation, and CUDA graphs: skipped without CUDA, see tests/graph_backends.py).
-The fuzz tests draw random bad inputs with hypothesis.
-"""
+Cases with a layer run on both paths (``use_fused_gate`` True and False), cases with a graph on
+both backends (the CPU emulation; CUDA graphs, skipped without CUDA: tests/graph_backends.py).
+The fuzz tests draw random bad inputs with hypothesis."""
 
 from __future__ import annotations
 
@@ -62,8 +60,7 @@ def snapshot(*things) -> dict:
 
 
 def changed(before: dict, after: dict) -> list[str]:
-    same = lambda a, b: torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b  # noqa: E731
-    return [k for k in before if not same(before[k], after[k])]
+    return [k for k, v in before.items() if not (torch.equal(v, after[k]) if isinstance(v, torch.Tensor) else v == after[k])]
 
 
 def assert_refused(call, match: str | None, *things, error=ValueError) -> None:
@@ -139,7 +136,7 @@ def _fuzz_case(fused: bool):
 
 
 def test_build_keeps_no_page_when_the_pool_runs_out_part_way():
-    _, alloc, _ = make_case(False)
+    alloc = make_case(False)[1]
     del alloc._free[3:]  # three free pages left: pages the rest of the engine holds
     requests = [(0, 0, 16), (1, 0, 16), (2, 0, 40)]  # 1 + 1 + 3 pages: the third request runs out
     assert_refused(lambda: c2.ExtendBatch.build(requests, alloc), "the full KV pool has 3 free pages", alloc)
@@ -166,8 +163,7 @@ def test_build_on_a_device_this_machine_lacks_is_refused_before_allocating():
                    alloc)
     assert_refused(lambda: c2.ExtendBatch.build([(0, 0, 4)], alloc, device="gpu"), "device = 'gpu'; expected", alloc)
     for make in (lambda: c2.Pools(CFG, 4, 64, device=missing), lambda: c2.SourceLayer(CFG, device=missing)):
-        with pytest.raises(ValueError, match=f"device = '{missing}'.*{expected}"):
-            make()
+        pytest.raises(ValueError, make).match(f"device = '{missing}'.*{expected}")
 
 
 BUILD_REFUSALS = [  # (requests, keyword arguments, our words)
@@ -307,25 +303,20 @@ def test_the_runner_refuses_in_our_words(backend, fused, monkeypatch):
         assert_refused(lambda: runner.run(requests, alloc, x, **kwargs), match, runner, alloc)
 
 
+_RUNNERS: dict = {}
+
+
 @pytest.mark.parametrize("fused", PATHS)
 @FUZZ
 @given(requests=ragged_requests(pool_requests=4, max_requests=2, max_prefix=30, max_len=7), data=st.data())
 def test_fuzz_random_bad_runs_are_refused(backend, fused, monkeypatch, requests, data):
-    runner, alloc = _fuzz_runner(backend, fused, monkeypatch)
+    if (backend, fused) not in _RUNNERS:  # one runner per backend and path for every example: captured once
+        _RUNNERS[backend, fused] = _runner(backend, fused, monkeypatch)
+    runner, alloc = _RUNNERS[backend, fused]
     bad, kwargs = _corrupt(data, requests, 4, alloc.max_seq_len, places=("field", "pad_to", "shape"))
     live = sum(r[2] for r in requests)
     x = runner.layer.random_hidden(live, seed=5)
     assert_refused(lambda: runner.run(bad, alloc, x, **kwargs), None, runner, alloc)
-
-
-_RUNNERS: dict = {}
-
-
-def _fuzz_runner(backend, fused, monkeypatch):
-    """One runner per backend and path for every example (capture once)."""
-    if (backend, fused) not in _RUNNERS:
-        _RUNNERS[backend, fused] = _runner(backend, fused, monkeypatch)
-    return _RUNNERS[backend, fused]
 
 
 @pytest.mark.parametrize("fused", PATHS)
