@@ -188,7 +188,7 @@ def test_minimum_bytes_counts_weights_once_per_program():
 def test_case_counts_the_kernels_programs_and_rotates_inputs():
     cfg = c2.Config.tiny()
     case = bench_cases.make_case(cfg, 48, torch.device("cpu"), cache_bytes=10**6, copies=(1, 8))
-    plan = c2.program_plan(case.batch, cfg.ring_size)
+    plan = c2.program_plan(case.batch, cfg.ring_size, D=cfg.D)
     # Blocks of 8 pairs of rows; the programs that read the weights are those with groups. The grid
     # has blocks for the most pairs 48 rows and 16 request slots can hold (32), and for one past them.
     pairs = sum((n + 1) // 2 for *_, n in case.requests)

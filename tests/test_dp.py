@@ -3,9 +3,13 @@ eager bitwise, an idle rank replays with every row padding, and a rank that fail
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+import numpy as np
 import pytest
 
-from c2graph.dp import RankStep, Setup, default_schedules, main, run_ranks
+from c2graph.dp import RankStep, Setup, _check_schedules, default_schedules, main, run_ranks
 
 def test_default_schedules_have_an_idle_rank_odd_starts_and_never_all_idle():
     schedules = default_schedules(2, steps=3)
@@ -48,5 +52,18 @@ def test_bad_schedules_are_refused_before_any_process_starts():
         run_ranks([[[]], [[], []]])
     with pytest.raises(ValueError, match=r"schedules\[0\]\[0\] holds \(0, 1\)"):
         run_ranks([[[(0, 1)]]])
+    with pytest.raises(ValueError, match=r"schedules\[0\]\[0\] prefix_len = 1.5; expected an int >= 0"):
+        run_ranks([[[(0, 1.5, 3)]]])
+    with pytest.raises(ValueError, match="steps = 0; expected an int >= 1"):
+        default_schedules(2, steps=0)
+    _check_schedules([[[(np.int64(0), np.int64(1), 4)]]])  # numpy integers are ints
     with pytest.raises(SystemExit):
         main(["--ranks", "0"])
+
+
+def test_every_rank_imports_c2graph_without_a_plotting_library():
+    """Each rank is a fresh process that imports c2graph: the pictures load only when used."""
+    code = ("import sys, c2graph, c2graph.dp; "
+            "print([m for m in sys.modules if m.split('.')[0] in ('matplotlib', 'ipywidgets')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -149,7 +149,7 @@ def test_a_block_whose_groups_lie_in_several_requests(device):
     program, *rest = program_plan(batch, ring_size=2, groups=16)
     assert program["lanes"] == [0, 1, 3, 4, 6, 8, 9] + [None] * 9
     assert all(not p["groups"] for p in rest)
-    small = program_plan(batch, ring_size=2)  # 8 groups a block, in 16-lane tiles: lanes 8.. idle
+    small = program_plan(batch, ring_size=2, D=c2.Config.tiny().D)  # 8 groups a block, in 16-lane tiles: lanes 8.. idle
     assert small[0]["lanes"] == [0, 1, 3, 4, 6, 8, 9] + [None] * 9
 
 
@@ -350,7 +350,7 @@ def test_program_plan_matches_the_batch():
     layer, alloc, pools = make_case(device="cpu")
     requests = [(0, 3, 6), (2, 0, 15), (4, 9, 12)]
     batch = c2.ExtendBatch.build(requests, alloc, request_slots=5, pad_to=40, device="cpu")
-    plan = program_plan(batch, ring_size=2)
+    plan = program_plan(batch, ring_size=2, D=layer.cfg.D)
     assert len(plan) == grid_blocks(40, 5, GROUPS) == 3
     assert sum((p["groups"] for p in plan), []) == batch.group_rows()
     assert sum((p["from_ring"] for p in plan), []) == batch.ring_partner_rows()
@@ -382,7 +382,7 @@ def test_program_plan_is_what_the_kernel_does(device):
     layer, alloc, pools = make_case(device=device)
     batch = build([(0, 3, 7), (2, 0, 15), (4, 9, 12), (5, 1, 1)], alloc, device, extra_slots=1, padding=5)
     projected = random_projected(layer, batch.num_rows, 7)
-    plan = program_plan(batch, ring_size=2)
+    plan = program_plan(batch, ring_size=2, D=layer.cfg.D)
     cfg = layer.cfg
     for k in range(len(plan) + 1):
         got, latent = pools.clone(), poisoned_latents(batch, cfg, device)

@@ -140,7 +140,6 @@ def test_node_counts_per_layer():
     runner = c2.PrefillGraphRunner(layers, pools, buckets=[16], request_slots=4)
     per_layer = runner.layer_nodes(16)
     counts = [len(nodes) for nodes in per_layer]
-    print("nodes per layer:", dict(zip(runner.paths, counts)), counts)
     torch_alone = c2.PrefillGraphRunner(*model_case("torch")[::2], buckets=[16], request_slots=4).nodes(16)
     assert runner.paths == ("fused", "torch", "fused", "torch")
     assert counts == [1, len(torch_alone), 1, len(torch_alone)] and len(torch_alone) > 100
@@ -168,8 +167,42 @@ def test_one_layer_keeps_its_one_layer_names():
     step = runner.run([(0, 1, 9)], alloc, layers[0].random_hidden(9, seed=1))
     assert runner.layer is layers[0] and runner.pools is pools[0] and runner.path == "fused"
     assert step.latent is step.latents[0] and step.latent.shape == (16, CFG.D)
+    assert runner.static.projected is runner.static.layers[0].projected
     assert runner.static.extend_offsets is runner.static.low_ratio_extend_offsets
     assert runner.static.extend_offsets.tolist() == [[0, 9], [9, 0]]
+
+
+def test_every_one_layer_shortcut_is_refused_alike_with_many_layers():
+    layers, alloc, pools = model_case("mixed", seed=4)
+    runner = c2.PrefillGraphRunner(layers, pools, buckets=[16], request_slots=2)
+    step = runner.run([(0, 1, 9)], alloc, hidden(layers, 9, seed=1))
+    for owner, many, get in (("runner", "layers", lambda: runner.layer), ("runner", "layer_pools", lambda: runner.pools),
+                             ("static", "layers", lambda: runner.static.latent), ("step", "latents", lambda: step.latent)):
+        with pytest.raises(AttributeError, match=rf"this {owner} has 4 layers; use {owner}.{many}\[i\]"):
+            get()
+
+
+def test_the_static_batch_is_one_builder_shared_with_the_workshop():
+    """The runner's static buffers are a StaticBatch: one view per bucket made before any capture,
+    the dummy batch loaded for a capture, a real batch copied in place."""
+    from c2graph.workshop.compressor import StaticBatch
+
+    layers, alloc, pools = model_case("torch", seed=6)
+    runner = c2.PrefillGraphRunner(layers, pools, buckets=[8, 16], request_slots=3)
+    static = runner.static
+    assert StaticBatch is c2.StaticBatch and isinstance(static, c2.StaticBatch)
+    view = static.view(8)
+    assert view is static.view(8) and view.pos.data_ptr() == static.pos.data_ptr() and view.num_rows == 8
+    batch = c2.ExtendBatch.build([(0, 1, 5), (1, 0, 4)], alloc, request_slots=3, pad_to=16)
+    static.load(batch)
+    assert static.pos.tolist() == batch.pos.tolist() and static.c2_slot.tolist() == batch.c2_slot.tolist()
+    static.load_dummy(8)
+    assert static.pos[:8].tolist() == list(range(8)) and static.raw_out_loc[:8].eq(0).all()
+    assert static.extend_offsets.tolist() == [[0, 8, 8], [8, 0, 0]]
+    with pytest.raises(ValueError, match="rows = 12; expected one of the row counts made at the start"):
+        static.view(12)
+    with pytest.raises(ValueError, match="batch has 16 rows and 2 request slots; expected at most 16 and exactly 3"):
+        static.load(c2.ExtendBatch.build([(2, 0, 4)], alloc, request_slots=2, pad_to=16))
 
 
 def test_many_layers_share_one_offsets_tensor_and_one_memory_pool():
@@ -293,7 +326,7 @@ def test_a_grid_sized_from_the_capture_batch_never_computes_later_groups():
     missed = set()
     for batch in batches:  # 9 and 10 pairs: each batch's last group row lies past the grid
         raw = batch.raw_out_loc.cpu()
-        plan = c2.program_plan(batch, 2)
+        plan = c2.program_plan(batch, 2, groups=GROUPS)
         missed |= {int(raw[row]) // 2 for p in plan[blocks:] for row in p["groups"]}
     assert blocks == 1 and len(missed) == 2 and _wrong_slots(pools, ref) == missed
     assert (pools.kv_cache[sorted(missed)].float() == POISON).all(), "never written: still the poison"

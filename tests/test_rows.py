@@ -145,3 +145,19 @@ def test_ring_rows_read_are_the_ones_named(requests, seed):
         assert latents_after_changing([k]) == {row}
     unread = set(range(pools.ring.shape[0] - 1)) - set(plan.ring_reads.values())
     assert latents_after_changing(unread) == set()
+
+
+def test_program_plan_takes_the_kernels_blocks_for_the_layers_width():
+    """A dsv41 layer in a bucket past 4096 rows runs blocks of 16 pairs; the tiny preset's are 8."""
+    from c2graph.compressor.fused import grid_blocks, kernel_blocks
+
+    wide = c2.Config.dsv41()
+    batch = c2.ExtendBatch.build([(0, 1, 4200), (1, 0, 9)], c2.ReqToTokenPool(wide, 2, 4608), pad_to=4224,
+                                 device="cpu")
+    assert kernel_blocks(wide.D, 4224).groups == 16 != kernel_blocks(CFG.D, 4224).groups
+    plan = c2.program_plan(batch, wide.ring_size, D=wide.D)
+    assert len(plan) == grid_blocks(4224, 2, 16) and len(plan[0]["lanes"]) == 16
+    assert [r for p in plan for r in p["groups"]] == batch.group_rows()
+    assert c2.program_plan(batch, wide.ring_size, groups=16) == plan
+    with pytest.raises(ValueError, match="program_plan needs D"):
+        c2.program_plan(batch, wide.ring_size)

@@ -13,7 +13,6 @@ counting, benchmarking).
 from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  # noqa: I001  (first)
 from .compressor.batch import ExtendBatch, Request
 from .compressor.config import Config
-from .pictures.explorer import explain_batch, explorer_widget
 from .compressor.extend_offsets import build_extend_offsets, check_extend_offsets
 from .compressor.fused import GROUPS, compress_fused, fused_compress_
 from .compressor.programs import program_plan
@@ -26,8 +25,28 @@ from .graphs.prefill_graph import PrefillGraphRunner, PrefillStep
 from .compressor.req_to_token import ReqToTokenPool
 from .compressor.ring import new_ring, ring_row
 from .compressor.source_layer import SourceLayer, project, project_fused, split_projected
+from .compressor.static_batch import StaticBatch
 from .compressor.torch_path import compress_torch
 from .compressor.compress import compress, layer_path, project_padded
+
+# The pictures import matplotlib and ipywidgets: loaded on first use, so that ``import c2graph``
+# (in every data-parallel rank too) loads no plotting library.
+_PICTURES = {"explain_batch": "explorer", "explorer_widget": "explorer"}
+
+
+def __getattr__(name: str):
+    if name in _PICTURES:
+        import importlib
+
+        value = getattr(importlib.import_module(f".pictures.{_PICTURES[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PICTURES])
+
 
 __all__ = [
     "GROUPS",
@@ -47,6 +66,7 @@ __all__ = [
     "ReqToTokenPool",
     "Request",
     "SourceLayer",
+    "StaticBatch",
     "banner",
     "build_extend_offsets",
     "check_extend_offsets",

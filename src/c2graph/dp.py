@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from .compressor.arguments import as_int
 from .compressor.batch import ExtendBatch
 from .compressor.compress import compress
 from .compressor.config import Config
@@ -84,8 +85,7 @@ def default_schedules(ranks: int, steps: int = 3, seed: int = 0) -> list[list[Re
     pool request 0 at every step in chunks of odd length (so its chunks start at odd and even
     positions) and, every other step, pool request 1 as well. Rank ``r`` is idle at step ``s`` when ``(r + s) % 3 == 2``: with two ranks or
     more, some step has an idle rank, and no step has every rank idle."""
-    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks <= 0:
-        raise ValueError(f"ranks = {ranks!r}; expected a positive int")
+    ranks, steps = as_int("ranks", ranks, least=1), as_int("steps", steps, least=1)
     g = torch.Generator().manual_seed(seed)
     schedules = []
     for r in range(ranks):
@@ -201,8 +201,10 @@ def _check_schedules(schedules) -> None:
     for r, mine in enumerate(schedules):
         for s, requests in enumerate(mine):
             for q in requests:
-                if not isinstance(q, (list, tuple)) or len(q) != 3 or not all(type(v) is int for v in q):
+                if not isinstance(q, (list, tuple)) or len(q) != 3:
                     raise ValueError(f"schedules[{r}][{s}] holds {q!r}; expected (pool_index, prefix_len, extend_len)")
+                for name, v in zip(("pool_index", "prefix_len", "extend_len"), q):
+                    as_int(f"schedules[{r}][{s}] {name}", v, least=0)
 
 
 def _free_port() -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .arguments import as_int, as_positive_real
+
 
 @dataclass(frozen=True)
 class Config:
@@ -23,10 +25,11 @@ class Config:
     rope_theta: float = 10000.0
 
     def __post_init__(self) -> None:
+        # Numpy ints and floats are stored as Python ones, so equal Configs compare equal.
         for name in ("hidden", "D", "rope_dim", "index_dim", "page_size", "ring_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"Config.{name} = {value!r}; expected a positive int")
+            object.__setattr__(self, name, as_int(f"Config.{name}", getattr(self, name), least=1))
+        for name in ("eps", "rope_theta"):  # a NaN, zero or negative one gives NaN caches
+            object.__setattr__(self, name, as_positive_real(f"Config.{name}", getattr(self, name)))
         if self.rope_dim % 2 or self.rope_dim > min(self.D, self.index_dim):
             raise ValueError(
                 f"Config.rope_dim = {self.rope_dim}; expected an even number <= D ({self.D}) "

@@ -11,9 +11,15 @@ from collections.abc import Sequence
 
 import torch
 
+from .arguments import as_int
+
 
 def build_extend_offsets(counts: Sequence[int], request_slots: int, device=None) -> torch.Tensor:
     """Offsets for requests with ``counts`` rows each, in ``request_slots`` slots: ``[2, S]`` int32."""
+    request_slots = as_int("request_slots", request_slots, least=0)
+    if isinstance(counts, (str, bytes)) or not hasattr(counts, "__len__"):
+        raise ValueError(f"counts = {counts!r}; expected a sequence of row counts (ints >= 0)")
+    counts = [as_int(f"counts[{i}]", c, least=0) for i, c in enumerate(counts)]
     if len(counts) > request_slots:
         raise ValueError(
             f"the batch has {len(counts)} requests but request_slots = {request_slots}; "
@@ -25,7 +31,7 @@ def build_extend_offsets(counts: Sequence[int], request_slots: int, device=None)
         total += c
     pad = request_slots - len(counts)
     offsets = torch.tensor(
-        [starts + [total] * pad, list(counts) + [0] * pad], dtype=torch.int32
+        [starts + [total] * pad, counts + [0] * pad], dtype=torch.int32
     )
     return offsets.to(device) if device is not None else offsets
 

@@ -9,13 +9,16 @@ layer runs without the fused gate, so one graph holds both paths.
 - :func:`served_layers`: the layers (seeded weights, seed ``seed + i`` for layer ``i``);
 - :func:`layer_pools`: one :class:`Pools` per layer;
 - :func:`model_preset`: ``"tiny"`` (a CPU replays it in seconds) or ``"dsv41"`` (the served
-  sizes, for a GPU).
+  sizes, for a GPU);
+- :func:`one_layer`: the one-layer shortcut of anything kept per layer (``runner.layer`` for
+  ``runner.layers[0]``), refused where there are several.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .arguments import as_int, check_layer_pools
 from .config import Config
 from .pools import Pools
 from .source_layer import SourceLayer
@@ -48,11 +51,9 @@ def served_layers(
     fused gate when ``(i + 1) % unfused_every == 0`` (``unfused_every=None``: every layer has it)."""
     if not isinstance(cfg, Config):
         raise ValueError(f"cfg is a {type(cfg).__name__}; expected a c2graph.Config")
-    if isinstance(n_layers, bool) or not isinstance(n_layers, int) or n_layers <= 0:
-        raise ValueError(f"n_layers = {n_layers!r}; expected a positive int")
-    if unfused_every is not None and (isinstance(unfused_every, bool) or not isinstance(unfused_every, int)
-                                      or unfused_every <= 0):
-        raise ValueError(f"unfused_every = {unfused_every!r}; expected a positive int or None")
+    n_layers = as_int("n_layers", n_layers, least=1)
+    if unfused_every is not None:
+        unfused_every = as_int("unfused_every", unfused_every, least=1)
     return [
         SourceLayer(cfg, seed=seed + i, use_fused_gate=is_fused(i, unfused_every), device=device)
         for i in range(n_layers)
@@ -72,3 +73,48 @@ def model_preset(name: str, *, seed: int = 0, device=None) -> list[SourceLayer]:
         raise ValueError(f"name = {name!r}; expected one of {sorted(PRESETS)}")
     p = PRESETS[name]
     return served_layers(p["config"](), p["n_layers"], unfused_every=p["unfused_every"], seed=seed, device=device)
+
+
+def check_layers_and_pools(layers, pools) -> tuple[tuple[SourceLayer, ...], tuple[Pools, ...]]:
+    """One layer and one ``Pools``, or two lists of the same length: one Config and device for all,
+    each layer's pools made for it, and no ``Pools`` (nor any of its tensors) given to two layers."""
+    if isinstance(layers, SourceLayer) != isinstance(pools, Pools):
+        raise ValueError(
+            f"layers is a {type(layers).__name__} and pools a {type(pools).__name__}; expected one "
+            "SourceLayer and one Pools, or a list of each"
+        )
+    layers = (layers,) if isinstance(layers, SourceLayer) else tuple(layers)
+    pools = (pools,) if isinstance(pools, Pools) else tuple(pools)
+    if not layers or len(layers) != len(pools):
+        raise ValueError(f"{len(layers)} layers and {len(pools)} pools; expected one Pools per layer, at least one")
+    owner: dict[int, int] = {}  # id of a pools tensor -> the first layer that writes it
+    for i, (layer, p) in enumerate(zip(layers, pools)):
+        if not isinstance(layer, SourceLayer) or not isinstance(p, Pools):
+            raise ValueError(f"layers[{i}] / pools[{i}] are {type(layer).__name__} / {type(p).__name__}; "
+                             "expected a SourceLayer and a Pools")
+        if layer.cfg != layers[0].cfg:
+            raise ValueError(f"layers[{i}].cfg differs from layers[0].cfg; expected one Config for every "
+                             "layer (they share the row metadata)")
+        if p.device != pools[0].device:
+            raise ValueError(f"pools[{i}] is on {p.device}; expected {pools[0].device}, as pools[0]")
+        check_layer_pools(layer, p, where=f"pools[{i}]: " if len(layers) > 1 else "")
+        for name, t in p.tensors().items():
+            first = owner.setdefault(id(t), i)
+            if first != i:
+                raise ValueError(f"pools[{i}].{name} is pools[{first}].{name}; expected one Pools per layer, "
+                                 "each its own (every layer writes its own caches and ring)")
+    return layers, pools
+
+
+def one_layer(many: str, field: str | None = None, *, owner: str) -> property:
+    """A property for objects that keep a list per layer: ``self.<many>[0]`` (its ``field`` where
+    given) when there is one layer; ``AttributeError`` naming ``<owner>.<many>[i]`` otherwise."""
+
+    def get(self):
+        items = getattr(self, many)
+        if len(items) != 1:
+            raise AttributeError(f"this {owner} has {len(items)} layers; use {owner}.{many}[i]")
+        return items[0] if field is None else getattr(items[0], field)
+
+    return property(get, doc=f"The one layer's ``{field or many}``: ``{owner}.{many}[0]``"
+                             + (f"``.{field}``" if field else "") + " (one-layer objects only).")

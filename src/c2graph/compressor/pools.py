@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import DEFAULT_DEVICE
+from .arguments import as_device, as_int
 from .config import Config
 from .ring import new_ring
 
@@ -18,21 +19,19 @@ class Pools:
 
     - ``kv_cache``: ``[kv_slots, D]`` bf16, the compressed latent (after RoPE) at each c2 slot
     - ``index_k``: ``[kv_slots, index_dim]`` bf16, the index key at each c2 slot
-    - ``ring``: ``[pool_requests * ring_size + 1, 2D]`` fp32 (see :mod:`c2graph.ring`)
+    - ``ring``: ``[pool_requests * ring_size + 1, 2D]`` fp32 (see :mod:`c2graph.compressor.ring`)
 
     The engine quantizes both caches (fp8 / fp4); this package stores bf16 so that every
     value can be compared with a reference. c2 slot 0 belongs to the reserved page.
     """
 
     def __init__(self, cfg: Config, pool_requests: int, kv_slots: int, device=None):
-        if not isinstance(pool_requests, int) or pool_requests <= 0:
-            raise ValueError(f"pool_requests = {pool_requests!r}; expected a positive int")
-        if not isinstance(kv_slots, int) or kv_slots <= 1:
-            raise ValueError(f"kv_slots = {kv_slots!r}; expected an int > 1 (slot 0 is reserved)")
+        if not isinstance(cfg, Config):
+            raise ValueError(f"cfg is a {type(cfg).__name__}; expected a c2graph.Config")
         self.cfg = cfg
-        self.pool_requests = pool_requests
-        self.kv_slots = kv_slots
-        device = torch.device(device) if device is not None else DEFAULT_DEVICE
+        self.pool_requests = pool_requests = as_int("pool_requests", pool_requests, least=1)
+        self.kv_slots = kv_slots = as_int("kv_slots", kv_slots, least=2)  # slot 0 is reserved
+        device = as_device("device", device, DEFAULT_DEVICE)
         self.kv_cache = torch.zeros(kv_slots, cfg.D, dtype=torch.bfloat16, device=device)
         self.index_k = torch.zeros(kv_slots, cfg.index_dim, dtype=torch.bfloat16, device=device)
         self.ring = new_ring(pool_requests, cfg.ring_size, cfg.D, device)

@@ -11,13 +11,18 @@ that holds its first pair.
 
 from __future__ import annotations
 
+from .arguments import as_int
 from .batch import ExtendBatch
-from .fused import GROUPS, block_lanes, grid_blocks
+from .fused import block_lanes, grid_blocks, kernel_blocks
 from .rows import Partner, plan_rows
 
 
-def program_plan(batch: ExtendBatch, ring_size: int, groups: int = GROUPS) -> list[dict]:
+def program_plan(batch: ExtendBatch, ring_size: int, groups: int | None = None, *, D: int | None = None) -> list[dict]:
     """The kernel's decisions for ``batch``, program by program (one program a block of ``groups`` pairs).
+
+    ``D``: the layer's latent width (``cfg.D``); the blocks are then the ones the kernel picks for
+    it and the batch's rows (:func:`~c2graph.compressor.fused.kernel_blocks`). ``groups`` instead
+    names the pairs per block outright (a picture of another choice). One of the two is needed.
 
     One dict per program, for every block of the grid (:func:`~c2graph.compressor.fused.grid_blocks`):
 
@@ -30,10 +35,14 @@ def program_plan(batch: ExtendBatch, ring_size: int, groups: int = GROUPS) -> li
     - ``parks``: ``{ring row: batch row}`` it writes, for ``parked_slots``: the request slots
       whose first pair is one of its lanes'
 
-    ``groups`` defaults to the ``tiny`` preset's; a ``dsv41`` layer's is
-    ``kernel_blocks(cfg.D, batch.num_rows).groups``. Reads the batch's tensors (a host sync): for
-    pictures and checks, never inside a capture.
+    Reads the batch's tensors (a host sync): for pictures and checks, never inside a capture.
     """
+    if groups is None and D is None:
+        raise ValueError("program_plan needs D (the layer's latent width, cfg.D: the kernel picks its blocks "
+                         "from it) or groups (pairs of rows per block); expected one of them")
+    if groups is None:
+        groups = kernel_blocks(as_int("D", D, least=1), batch.num_rows).groups
+    groups = as_int("groups", groups, least=1)
     plan = plan_rows(batch, ring_size)
     lanes = block_lanes(groups)
     pair_rows = [next((row for row in pair if plan.rows[row].completes_group), None) for pair in plan.pairs]

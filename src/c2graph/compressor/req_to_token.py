@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import as_int
 from .config import Config
 
 
@@ -21,44 +22,67 @@ class ReqToTokenPool:
     """
 
     def __init__(self, cfg: Config, pool_requests: int, max_seq_len: int, seed: int = 0):
-        if not isinstance(pool_requests, int) or pool_requests <= 0:
-            raise ValueError(f"pool_requests = {pool_requests!r}; expected a positive int")
-        if not isinstance(max_seq_len, int) or max_seq_len <= 0:
-            raise ValueError(f"max_seq_len = {max_seq_len!r}; expected a positive int")
         self.cfg = cfg
-        self.pool_requests = pool_requests
-        self.pages_per_request = -(-max_seq_len // cfg.page_size)
+        self.pool_requests = as_int("pool_requests", pool_requests, least=1)
+        self.pages_per_request = -(-as_int("max_seq_len", max_seq_len, least=1) // cfg.page_size)
         self.max_seq_len = self.pages_per_request * cfg.page_size
-        self.num_pages = 1 + pool_requests * self.pages_per_request  # page 0 is reserved
-        g = torch.Generator().manual_seed(seed)
+        self.num_pages = 1 + self.pool_requests * self.pages_per_request  # page 0 is reserved
+        g = torch.Generator().manual_seed(as_int("seed", seed))
         self._free = (1 + torch.randperm(self.num_pages - 1, generator=g)).tolist()
         # page_table[req, k] is the page of the request's k-th page of tokens; 0 = none yet
-        self.page_table = torch.zeros(pool_requests, self.pages_per_request, dtype=torch.int64)
+        self.page_table = torch.zeros(self.pool_requests, self.pages_per_request, dtype=torch.int64)
 
     @property
     def kv_slots(self) -> int:
         """Number of c2 slots in the pool (two tokens per slot), reserved page included."""
         return self.num_pages * self.cfg.page_size // 2
 
-    def check_request(self, pool_index: int, prefix_len: int, extend_len: int, where: str = "") -> None:
-        """Raise ``ValueError`` unless the tokens ``[prefix_len, prefix_len + extend_len)`` fit."""
-        for name, value in (("pool_index", pool_index), ("prefix_len", prefix_len), ("extend_len", extend_len)):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise ValueError(f"{where}{name} = {value!r}; expected an int")
-        if not 0 <= pool_index < self.pool_requests:
-            raise ValueError(
-                f"{where}pool_index = {pool_index}; expected 0 <= pool_index < pool_requests "
-                f"({self.pool_requests})"
-            )
-        if prefix_len < 0:
-            raise ValueError(f"{where}prefix_len = {prefix_len}; expected >= 0")
-        if extend_len < 0:
-            raise ValueError(f"{where}extend_len = {extend_len}; expected >= 0")
+    @property
+    def free_pages(self) -> int:
+        """Pages not yet given to any request."""
+        return len(self._free)
+
+    def check_request(self, pool_index, prefix_len, extend_len, where: str = "") -> tuple[int, int, int]:
+        """The request as three ints, or ``ValueError`` unless the tokens ``[prefix_len, prefix_len +
+        extend_len)`` of pool request ``pool_index`` fit."""
+        pool_index = as_int(f"{where}pool_index", pool_index, least=0, below=self.pool_requests,
+                            below_is=f"pool_requests ({self.pool_requests})")
+        prefix_len = as_int(f"{where}prefix_len", prefix_len, least=0)
+        extend_len = as_int(f"{where}extend_len", extend_len, least=0)
         if prefix_len + extend_len > self.max_seq_len:
             raise ValueError(
                 f"{where}positions up to {prefix_len + extend_len - 1} are past the allocator: "
                 f"prefix_len + extend_len = {prefix_len + extend_len} > max_seq_len ({self.max_seq_len})"
             )
+        return pool_index, prefix_len, extend_len
+
+    def assign(self, requests, *, commit: bool = True) -> list[torch.Tensor]:
+        """``raw_out_loc`` of every request ``(pool_index, prefix_len, extend_len)``: one ``[extend_len]``
+        int64 tensor each, pages given on the way, all or nothing.
+
+        The pages are worked out on a copy of the table first; when the pool runs out part-way,
+        ``ValueError`` and no request keeps a page. ``commit=False`` gives no page at all: the
+        locations the requests would get (the batch checks them against the pools that way).
+        """
+        requests = [self.check_request(*r, where=f"request {i}: ") for i, r in enumerate(requests)]
+        table, free = self.page_table.clone(), list(self._free)
+        locations = []
+        for pool_index, prefix_len, extend_len in requests:
+            pos = torch.arange(prefix_len, prefix_len + extend_len, dtype=torch.int64)
+            page_idx = pos // self.cfg.page_size
+            row = table[pool_index]
+            for k in sorted(set(page_idx.tolist())):
+                if row[k] == 0:
+                    if not free:
+                        raise ValueError(f"the full KV pool has {len(self._free)} free pages, too few for "
+                                         f"these {len(requests)} requests; expected requests that fit "
+                                         "(free() finished requests first)")
+                    row[k] = free.pop()
+            locations.append(row[page_idx] * self.cfg.page_size + pos % self.cfg.page_size)
+        if commit:
+            self.page_table.copy_(table)
+            self._free[:] = free
+        return locations
 
     def locations(self, pool_index: int, prefix_len: int, extend_len: int) -> torch.Tensor:
         """``raw_out_loc`` of positions ``prefix_len ...`` of one request: ``[extend_len]`` int64.
@@ -67,19 +91,12 @@ class ReqToTokenPool:
         its own until :meth:`free`, so asking again for the same positions returns the same
         locations (how a chunked run and a whole run of one request share their slots).
         """
-        self.check_request(pool_index, prefix_len, extend_len)
-        pos = torch.arange(prefix_len, prefix_len + extend_len, dtype=torch.int64)
-        page_idx = pos // self.cfg.page_size
-        row = self.page_table[pool_index]
-        for k in sorted(set(page_idx.tolist())):
-            if row[k] == 0:
-                if not self._free:
-                    raise ValueError("the full KV pool has no free page left")
-                row[k] = self._free.pop()
-        return row[page_idx] * self.cfg.page_size + pos % self.cfg.page_size
+        return self.assign([(pool_index, prefix_len, extend_len)])[0]
 
     def free(self, pool_index: int) -> None:
         """Give a finished request's pages back (the pool slot can then be recycled)."""
+        pool_index = as_int("pool_index", pool_index, least=0, below=self.pool_requests,
+                            below_is=f"pool_requests ({self.pool_requests})")
         row = self.page_table[pool_index]
         self._free.extend(p for p in row.tolist() if p)
         row.zero_()

@@ -25,8 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from .batch import ExtendBatch
+from .arguments import as_int
+
+if TYPE_CHECKING:
+    from .batch import ExtendBatch  # the batch builds on this module, never the other way
 
 MIN_RING_SIZE = 2
 """The smallest ring: one pending pair per pool request."""
@@ -156,15 +160,14 @@ def _or_dash(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
-def check_ring_size(ring_size) -> None:
-    if isinstance(ring_size, bool) or not isinstance(ring_size, int) or ring_size < MIN_RING_SIZE:
-        raise ValueError(f"ring_size = {ring_size!r}; expected an int >= {MIN_RING_SIZE}")
+def check_ring_size(ring_size) -> int:
+    return as_int("ring_size", ring_size, least=MIN_RING_SIZE)
 
 
 def plan_rows(batch: ExtendBatch, ring_size: int) -> BatchPlan:
     """The plan of every row of ``batch`` (see the module docstring for the rules)."""
-    check_ring_size(ring_size)
-    if not isinstance(batch, ExtendBatch):
+    ring_size = check_ring_size(ring_size)
+    if not callable(getattr(batch, "row_ranges", None)):  # what this module reads of an ExtendBatch
         raise ValueError(f"batch is a {type(batch).__name__}; expected an ExtendBatch")
     raw = batch.raw_out_loc.cpu().tolist()
     R = ring_size

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import DEFAULT_DEVICE
+from .arguments import as_device, as_int
 from .config import Config
 
 
@@ -25,10 +26,12 @@ class SourceLayer:
     """
 
     def __init__(self, cfg: Config, seed: int = 0, *, use_fused_gate: bool = True, device=None):
+        if not isinstance(cfg, Config):
+            raise ValueError(f"cfg is a {type(cfg).__name__}; expected a c2graph.Config")
         self.cfg = cfg
         self.use_fused_gate = bool(use_fused_gate)
-        self.device = torch.device(device) if device is not None else DEFAULT_DEVICE
-        g = torch.Generator().manual_seed(seed)
+        self.device = as_device("device", device, DEFAULT_DEVICE)
+        g = torch.Generator().manual_seed(as_int("seed", seed))
 
         def weight(rows: int, cols: int) -> torch.Tensor:
             w = torch.randn(rows, cols, generator=g) / cols**0.5

@@ -17,10 +17,11 @@ Each graph is captured with a dummy batch: one request covering all rows, every 
 memory pool, the largest bucket captured first, as serving engines do (they never replay at the
 same time).
 
-To run a batch: pick the smallest bucket that fits (eager above the largest bucket, or when
-padding would more than double the rows), build the batch's metadata, ``copy_`` it into the
-static buffers once for all layers, run each layer's source projection on the live rows into its
-static projection buffer (zeroing its tail), and replay.
+To run a batch: pick the smallest bucket that fits (eager above the largest bucket, when padding
+would more than double the rows, or when the batch has more requests than ``request_slots``),
+check the batch against every layer's pools and build its metadata, ``copy_`` it into the static
+buffers once for all layers, run each layer's source projection on the live rows into its static
+projection buffer (zeroing its tail), and replay.
 """
 
 from __future__ import annotations
@@ -31,14 +32,15 @@ from dataclasses import dataclass
 
 import torch
 
-from ..compressor.arguments import check_layer_batch_pools
-from ..compressor.batch import ExtendBatch, Request, check_requests
+from ..compressor.arguments import as_int, as_ints
+from ..compressor.batch import ExtendBatch, check_requests
 from ..compressor.compress import compress, layer_path
-from ..compressor.extend_offsets import build_extend_offsets
 from ..compressor.fused import compress_fused
+from ..compressor.model import check_layers_and_pools, one_layer
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
+from ..compressor.static_batch import StaticBatch
 from ..compressor.torch_path import compress_torch
 from .graph import Graph, warmup
 
@@ -56,12 +58,7 @@ class PrefillStep:
     batch: ExtendBatch
     latents: tuple[torch.Tensor, ...]
 
-    @property
-    def latent(self) -> torch.Tensor:
-        """The latents of a one-layer runner: ``[rows, D]`` bf16."""
-        if len(self.latents) != 1:
-            raise ValueError(f"this step has {len(self.latents)} layers; expected 1 (use step.latents[i])")
-        return self.latents[0]
+    latent = one_layer("latents", owner="step")
 
 
 class LayerBuffers:
@@ -86,68 +83,22 @@ class LayerBuffers:
         return dict(vars(self))
 
 
-class StaticBuffers:
-    """Every tensor the captured work reads or writes, at a fixed address, sized for ``rows``.
+class StaticBuffers(StaticBatch):
+    """Every tensor the captured work reads or writes, at a fixed address, sized for the largest bucket.
 
-    The row metadata and ``low_ratio_extend_offsets`` are shared by all layers; ``layers[i]``
-    holds layer ``i``'s :class:`LayerBuffers`.
+    The row metadata and ``low_ratio_extend_offsets`` (the :class:`StaticBatch`, one view per
+    bucket) are shared by all layers; ``layers[i]`` holds layer ``i``'s :class:`LayerBuffers`.
     """
 
-    def __init__(self, layers: Sequence[SourceLayer], rows: int, request_slots: int, device: torch.device):
-        i64 = dict(dtype=torch.int64, device=device)
-        self.pos = torch.zeros(rows, **i64)
-        self.req = torch.zeros(rows, **i64)
-        self.raw_out_loc = torch.zeros(rows, **i64)
-        self.c2_slot = torch.zeros(rows, **i64)
-        self.low_ratio_extend_offsets = torch.zeros(2, request_slots, dtype=torch.int32, device=device)
-        self.layers = [LayerBuffers(layer, rows, device) for layer in layers]
+    def __init__(self, layers: Sequence[SourceLayer], buckets: Sequence[int], request_slots: int,
+                 device: torch.device):
+        super().__init__(max(buckets), request_slots, device, buckets=buckets)
+        self.layers = [LayerBuffers(layer, self.bucket, device) for layer in layers]
 
-    @property
-    def extend_offsets(self) -> torch.Tensor:
-        """``low_ratio_extend_offsets``, by the name an :class:`ExtendBatch` gives its offsets."""
-        return self.low_ratio_extend_offsets
-
-    def _only(self) -> LayerBuffers:
-        if len(self.layers) != 1:
-            raise AttributeError(f"these buffers hold {len(self.layers)} layers; use static.layers[i]")
-        return self.layers[0]
-
-    projected = property(lambda self: self._only().projected, doc="A one-layer runner's ``projected``.")
-    kv = property(lambda self: self._only().kv, doc="A one-layer runner's ``kv``.")
-    score = property(lambda self: self._only().score, doc="A one-layer runner's ``score``.")
-    latent = property(lambda self: self._only().latent, doc="A one-layer runner's ``latent``.")
-
-    def metadata(self) -> dict[str, torch.Tensor]:
-        """The shared row metadata and offsets by name."""
-        names = ("pos", "req", "raw_out_loc", "c2_slot", "low_ratio_extend_offsets")
-        return {name: getattr(self, name) for name in names}
-
-    def batch(self, bucket: int) -> ExtendBatch:
-        """The static batch a graph of ``bucket`` rows is captured with: views of the buffers."""
-        return ExtendBatch(
-            requests=(Request(0, 0, bucket),),
-            pos=self.pos[:bucket],
-            req=self.req[:bucket],
-            raw_out_loc=self.raw_out_loc[:bucket],
-            c2_slot=self.c2_slot[:bucket],
-            extend_offsets=self.low_ratio_extend_offsets,
-            kv_slots_needed=1,
-        )
-
-    def load_dummy(self, bucket: int) -> None:
-        """One request covering all ``bucket`` rows, every row padding: nothing real is written."""
-        self.pos[:bucket].copy_(torch.arange(bucket, device=self.pos.device))
-        for name in ("req", "raw_out_loc", "c2_slot"):
-            getattr(self, name)[:bucket].zero_()
-        offsets = build_extend_offsets([bucket], self.low_ratio_extend_offsets.shape[1])
-        self.low_ratio_extend_offsets.copy_(offsets)
-
-    def load(self, batch: ExtendBatch) -> None:
-        """``copy_`` the batch's metadata into the first ``batch.num_rows`` rows, in place."""
-        n = batch.num_rows
-        for name in ("pos", "req", "raw_out_loc", "c2_slot"):
-            getattr(self, name)[:n].copy_(getattr(batch, name))
-        self.low_ratio_extend_offsets.copy_(batch.extend_offsets)
+    projected = one_layer("layers", "projected", owner="static")
+    kv = one_layer("layers", "kv", owner="static")
+    score = one_layer("layers", "score", owner="static")
+    latent = one_layer("layers", "latent", owner="static")
 
 
 class PrefillGraphRunner:
@@ -172,34 +123,19 @@ class PrefillGraphRunner:
         warmup_iters: int = 2,
         capture: bool = True,
     ):
-        self.layers, self.layer_pools = _check_layers_and_pools(layers, pools)
-        buckets = sorted(set(buckets))
-        if not buckets or any(isinstance(b, bool) or not isinstance(b, int) or b <= 0 for b in buckets):
-            raise ValueError(f"buckets = {list(buckets)!r}; expected positive ints")
-        if not isinstance(request_slots, int) or request_slots <= 0:
-            raise ValueError(f"request_slots = {request_slots!r}; expected a positive int")
-        self.buckets, self.request_slots = buckets, request_slots
+        self.layers, self.layer_pools = check_layers_and_pools(layers, pools)
+        buckets = sorted(set(as_ints("buckets", buckets, least=1)))
+        self.buckets, self.request_slots = buckets, as_int("request_slots", request_slots, least=1)
         self.device = self.layer_pools[0].device
-        self.static = StaticBuffers(self.layers, buckets[-1], request_slots, self.device)
+        self.static = StaticBuffers(self.layers, buckets, self.request_slots, self.device)
         self.graphs: dict[int, Graph] = {}
         self._memory_pool = None  # the first graph's, shared by the others
         if capture:
             for bucket in reversed(buckets):  # largest first: the smaller ones fit in its memory
                 self.graphs[bucket] = self._capture(bucket, warmup_iters)
 
-    @property
-    def layer(self) -> SourceLayer:
-        """The layer of a one-layer runner."""
-        if len(self.layers) != 1:
-            raise AttributeError(f"this runner has {len(self.layers)} layers; use runner.layers[i]")
-        return self.layers[0]
-
-    @property
-    def pools(self) -> Pools:
-        """The pools of a one-layer runner."""
-        if len(self.layer_pools) != 1:
-            raise AttributeError(f"this runner has {len(self.layer_pools)} layers; use runner.layer_pools[i]")
-        return self.layer_pools[0]
+    layer = one_layer("layers", owner="runner")
+    pools = one_layer("layer_pools", owner="runner")
 
     @property
     def paths(self) -> tuple[str, ...]:
@@ -217,7 +153,7 @@ class PrefillGraphRunner:
     def _compress(self, bucket: int) -> None:
         """The captured work: every layer's compressor over the static buffers of ``bucket`` rows."""
         s = self.static
-        batch = s.batch(bucket)  # one set of metadata, read by every layer
+        batch = s.view(bucket)  # one set of metadata, read by every layer
         for layer, pools, buf in zip(self.layers, self.layer_pools, s.layers):
             if layer.use_fused_gate:
                 compress_fused(layer, buf.projected[:bucket], batch, pools, latent_out=buf.latent[:bucket],
@@ -264,21 +200,21 @@ class PrefillGraphRunner:
         ``xs``: the hidden states of the batch's live rows, one ``[live, hidden]`` bf16 tensor per
         layer (a single tensor for a one-layer runner). ``pad_to`` is the row count shared by all
         data-parallel ranks (an idle rank passes no requests and still replays, every row padding).
+        Eager above the largest bucket or past ``request_slots`` requests (:meth:`pick_bucket`).
+        Everything is checked, the batch against every layer's pools too, before a page is allocated.
         """
         requests = check_requests(requests, allocator)
         live = sum(r.extend_len for r in requests)
         xs = self._check_xs(xs, live)
-        if pad_to is not None and (isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < live):
-            raise ValueError(f"pad_to = {pad_to!r}; expected an int >= the batch's {live} live rows")
+        if pad_to is not None:
+            pad_to = as_int("pad_to", pad_to, least=live, least_is=f"the batch's {live} live rows")
         bucket = self.pick_bucket(live if pad_to is None else pad_to)
         if bucket is None or len(requests) > self.request_slots:
             return self._run_eager(requests, allocator, xs, pad_to)
         if bucket not in self.graphs:
             raise RuntimeError(f"no graph for bucket {bucket}: this runner was built with capture=False")
         batch = ExtendBatch.build(requests, allocator, request_slots=self.request_slots, pad_to=bucket,
-                                  device=self.device)
-        for layer, pools in zip(self.layers, self.layer_pools):
-            check_layer_batch_pools(layer, batch, pools)
+                                  device=self.device, pools=self.layer_pools)
         self.refresh(batch, xs)
         self.graphs[bucket].replay()
         return PrefillStep("graph", bucket, batch, tuple(buf.latent[:bucket] for buf in self.static.layers))
@@ -318,7 +254,7 @@ class PrefillGraphRunner:
 
     def _run_eager(self, requests, allocator, xs, pad_to) -> PrefillStep:
         batch = ExtendBatch.build(requests, allocator, request_slots=max(self.request_slots, len(requests)),
-                                  pad_to=pad_to, device=self.device)
+                                  pad_to=pad_to, device=self.device, pools=self.layer_pools)
         latents = tuple(compress(layer, x, batch, pools) for layer, x, pools in zip(self.layers, xs, self.layer_pools))
         return PrefillStep("eager", None, batch, latents)
 
@@ -361,25 +297,3 @@ class PrefillGraphRunner:
 
         return audit_runner(self, bucket)
 
-
-def _check_layers_and_pools(layers, pools) -> tuple[tuple[SourceLayer, ...], tuple[Pools, ...]]:
-    """One layer and one ``Pools``, or two lists of the same length; one Config and device for all."""
-    if isinstance(layers, SourceLayer) != isinstance(pools, Pools):
-        raise ValueError(
-            f"layers is a {type(layers).__name__} and pools a {type(pools).__name__}; expected one "
-            "SourceLayer and one Pools, or a list of each"
-        )
-    layers = (layers,) if isinstance(layers, SourceLayer) else tuple(layers)
-    pools = (pools,) if isinstance(pools, Pools) else tuple(pools)
-    if not layers or len(layers) != len(pools):
-        raise ValueError(f"{len(layers)} layers and {len(pools)} pools; expected one Pools per layer, at least one")
-    for i, (layer, p) in enumerate(zip(layers, pools)):
-        if not isinstance(layer, SourceLayer) or not isinstance(p, Pools):
-            raise ValueError(f"layers[{i}] / pools[{i}] are {type(layer).__name__} / {type(p).__name__}; "
-                             "expected a SourceLayer and a Pools")
-        if layer.cfg != layers[0].cfg:
-            raise ValueError(f"layers[{i}].cfg differs from layers[0].cfg; expected one Config for every "
-                             "layer (they share the row metadata)")
-        if p.device != pools[0].device:
-            raise ValueError(f"pools[{i}] is on {p.device}; expected {pools[0].device}, as pools[0]")
-    return layers, pools

@@ -39,45 +39,7 @@ from ..pictures.draw import PADDING_COLOUR, request_colour
 # --- a static batch: what a captured function reads --------------------------------------------
 
 
-class StaticBatch:
-    """Metadata tensors at fixed addresses, sized for ``bucket`` rows and ``request_slots`` slots.
-
-    ``batch`` is an :class:`ExtendBatch` of views of them, whose host-side request list is the
-    dummy's (one request covering all rows): what Python code that loops over requests sees during
-    a capture. :meth:`load` copies a real batch in with ``copy_`` (its rows, padding after them).
-    Tensors: ``pos``, ``req``, ``raw_out_loc``, ``c2_slot`` ``[bucket]`` int64,
-    ``extend_offsets`` ``[2, request_slots]`` int32.
-    """
-
-    def __init__(self, bucket: int, request_slots: int, device=None):
-        if not isinstance(bucket, int) or bucket <= 0:
-            raise ValueError(f"bucket = {bucket!r}; expected a positive int")
-        if not isinstance(request_slots, int) or request_slots <= 0:
-            raise ValueError(f"request_slots = {request_slots!r}; expected a positive int")
-        i64 = dict(dtype=torch.int64, device=device)
-        self.bucket, self.request_slots = bucket, request_slots
-        self.pos, self.req = torch.zeros(bucket, **i64), torch.zeros(bucket, **i64)
-        self.raw_out_loc, self.c2_slot = torch.zeros(bucket, **i64), torch.zeros(bucket, **i64)
-        self.extend_offsets = torch.zeros(2, request_slots, dtype=torch.int32, device=device)
-        self.batch = ExtendBatch((Request(0, 0, bucket),), self.pos, self.req, self.raw_out_loc,
-                                 self.c2_slot, self.extend_offsets, kv_slots_needed=1)
-        self.load_dummy()
-
-    def load_dummy(self) -> None:
-        """One request covering all rows, every row padding (``raw_out_loc == 0``): nothing real is written."""
-        self.pos.copy_(torch.arange(self.bucket, device=self.pos.device))
-        for t in (self.req, self.raw_out_loc, self.c2_slot, self.extend_offsets):
-            t.zero_()
-        self.extend_offsets[1, 0] = self.bucket
-        self.extend_offsets[0, 1:] = self.bucket
-
-    def load(self, batch: ExtendBatch) -> None:
-        """``copy_`` a batch of exactly ``bucket`` rows and ``request_slots`` slots into the buffers."""
-        if batch.num_rows != self.bucket or batch.request_slots != self.request_slots:
-            raise ValueError(f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; "
-                             f"expected {self.bucket} and {self.request_slots} (pad_to and request_slots)")
-        for name in ("pos", "req", "raw_out_loc", "c2_slot", "extend_offsets"):
-            getattr(self, name).copy_(getattr(batch, name))
+from ..compressor.static_batch import StaticBatch  # noqa: E402  (the shared builder, re-exported)
 
 
 @dataclass
