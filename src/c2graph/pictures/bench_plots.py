@@ -92,7 +92,7 @@ def draw_bandwidth(data: dict) -> Figure:
     program (``bw_fraction_weights_per_program``: the re-reads come mostly from the L2 cache, so
     this count flatters, and can pass 100%).
     """
-    fig = Figure(figsize=(8.0, 3.8), layout="constrained")
+    fig = Figure(figsize=(8.0, 4.6), layout="constrained")
     ax = fig.add_subplot()
     rows = sorted(c["rows"] for c in data["cases"])
     width = 0.27
@@ -117,7 +117,7 @@ def draw_bandwidth(data: dict) -> Figure:
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, top)
     ax.set_ylabel("bytes / time, of copy bandwidth")
-    ax.legend(fontsize=8, loc="upper left")
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2)
     _title(fig, data, "How close the fused kernel comes to the copy bandwidth")
     return fig
 
