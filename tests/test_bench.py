@@ -358,7 +358,7 @@ def test_pictures_draw_the_stored_values(smoke):
     fig = draw_bandwidth(data)
     bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers}
     graph = results.records(data, "fused", "graph")
-    solid = next(v for k, v in bars.items() if k.startswith("fused kernel, graph, weights once ("))
+    solid = next(v for k, v in bars.items() if k.startswith("fused, graph, weights once ="))
     hatched = next(v for k, v in bars.items() if "a program" in k)
     assert solid == [r["bw_fraction"] for r in graph.values()]
     assert hatched == [r["bw_fraction_weights_per_program"] for r in graph.values()]

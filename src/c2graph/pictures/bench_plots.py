@@ -99,8 +99,8 @@ def draw_bandwidth(data: dict) -> Figure:
     graph = records(data, "fused", "graph")
     bars_of = (
         ("eager, weights once", records(data, "fused", "eager"), "bw_fraction", 0.45, None),
-        ("graph, weights once (= memory floor / replay)", graph, "bw_fraction", 1.0, None),
-        ("graph, weights once a program (re-reads from the L2: flatters)", graph,
+        ("graph, weights once = memory floor / replay", graph, "bw_fraction", 1.0, None),
+        ("graph, weights once a program (L2 re-reads: flatters)", graph,
          "bw_fraction_weights_per_program", 1.0, "//"),
     )
     top = 1.15
@@ -108,7 +108,7 @@ def draw_bandwidth(data: dict) -> Figure:
         xs = [i + (k - 1) * width for i, n in enumerate(rows) if n in found]
         ys = [found[n][field] for n in rows if n in found]
         bars = ax.bar(xs, ys, width, color="white" if hatch else _COLOURS["fused"], alpha=alpha, hatch=hatch,
-                      edgecolor=_COLOURS["fused"], label=f"fused kernel, {label} (measured)")
+                      edgecolor=_COLOURS["fused"], label=f"fused, {label}")
         ax.bar_label(bars, [f"{y:.0%}" for y in ys], fontsize=8)
         top = max([top] + [y * 1.12 for y in ys])
     ax.axhline(1.0, color=_FLOOR, lw=1.5, label=f"measured copy bandwidth ({data['copy_GBps']:.0f} GB/s)")
@@ -116,7 +116,7 @@ def draw_bandwidth(data: dict) -> Figure:
     ax.set_xlabel("rows in the batch (bucket)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, top)
-    ax.set_ylabel("bytes / time, of copy bandwidth")
+    ax.set_ylabel("bytes / time, of copy bandwidth (measured)")
     fig.legend(fontsize=8, loc="outside lower center", ncols=2)
     _title(fig, data, "How close the fused kernel comes to the copy bandwidth")
     return fig
