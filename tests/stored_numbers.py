@@ -42,6 +42,10 @@ class Statement:
     rows: int | None
     about: bool
 
+    def said(self, number: str | None = None) -> str:
+        """``number`` (default: the stated one) written with the unit, as the text writes it."""
+        return f"{number or self.text}{'' if self.unit in ('%', 'x') else ' '}{self.unit}"
+
     def where(self) -> str:
         where = f"cell {self.cell} (counted from 0)" if isinstance(self.cell, int) else self.cell
         return f"{self.doc}, {where}, {self.kind}"
@@ -131,7 +135,7 @@ def closest(s: Statement, candidates: list[tuple[str, float]]) -> str:
     named = [(n, v) for n, v in candidates if " " in n and all(w in words for w in n.split()[:2])]
     name, value = min(named or candidates, key=lambda c: abs(c[1] - float(s.text)) / max(abs(c[1]), 1e-12))
     decimals = len(s.text.split(".")[1]) if "." in s.text else 0
-    return f"the closest stored value is {name} = {value:.{decimals}f}{s.unit}"
+    return f"the closest stored value is {name} = {s.said(f'{value:.{decimals}f}')}"
 
 
 @functools.lru_cache

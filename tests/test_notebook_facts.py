@@ -190,7 +190,8 @@ def test_the_map_and_the_last_section_point_to_the_next_notebooks():
 NOTES = ROOT / "benchmarks" / "NOTES.md"
 STORED_FILES = {p.name: p for p in sorted(results.RESULTS_FOLDER.glob("*.json"))}
 NEWEST = results.newest_results()
-READS_RESULTS = re.compile(r"results\.\w+\(|\b(data|stored)\b")
+READS_RESULTS = re.compile(r"results\.\w+\(|time_lines\(|speedups\(|\b(data|stored)\[")
+"""A code cell that reads stored results: every ratio and share it prints is checked, time or not."""
 NOT_A_GPU_RUN = {  # (document, words on the line): where those numbers come from instead
     ("02_the_fused_kernel.ipynb", "us of memory traffic (computed)"):
         "bytes counted on this machine over the H200 datasheet's 4.8 TB/s (the cell says so): no GPU run",
@@ -249,7 +250,7 @@ def disagreements(name: str, parts) -> list[str]:
                                                              stored_numbers.notes_numbers(NOTES)):
                 continue  # a number of another run, from the record the cell names
             at = f" at {s.rows} rows" if s.rows else ""
-            wrong.append(f"{s.where()}: states {s.text}{s.unit}{at} in {s.line[:110]!r}; "
+            wrong.append(f"{s.where()}: states {s.said()}{at} in {s.line[:110]!r}; "
                          f"the stored results ({path.relative_to(ROOT)}) do not say that: "
                          f"{stored_numbers.closest(s, candidates)}")
     return wrong
@@ -273,7 +274,7 @@ def test_the_check_of_stated_numbers_names_a_stale_one():
     line = f"fused  eager call (1 launches): 2048 rows {fused + 1:.0f} µs; graph replay at 2048 rows {fused:.1f} µs"
     wrong = disagreements("05_performance.ipynb", [(7, "output", line, True)])
     assert len(wrong) == 1 and wrong[0].startswith("05_performance.ipynb, cell 7 (counted from 0), output: states ")
-    assert f"{fused + 1:.0f}µs at 2048 rows" in wrong[0] and "the closest stored value is fused" in wrong[0]
+    assert f"{fused + 1:.0f} µs at 2048 rows" in wrong[0] and "the closest stored value is fused" in wrong[0]
     prose = f"The fused kernel replays in {fused + 3:.1f} µs at 2048 rows; the torch path in about 9 µs."
     assert len(disagreements("05_performance.ipynb", [(3, "markdown", prose, False)])) == 2
 
