@@ -16,7 +16,7 @@ from c2graph.measure import bench, bench_cases, results
 from c2graph.measure.compiled import compress_torch_fp32
 from c2graph.measure.timing import median_us
 from c2graph.measure.traffic import minimum_bytes, weight_bytes
-from c2graph.pictures.bench_plots import draw_times, time_lines, write_gpu_figures
+from c2graph.pictures.bench_plots import draw_bandwidth, draw_times, time_lines, write_gpu_figures
 from c2graph.workshop.kernel import check_gate
 
 from support import make_case
@@ -55,6 +55,7 @@ def test_smoke_run_writes_a_file_with_the_schema(smoke):
     assert by[("fused", "eager")]["launches"] == 1 and by[("fused", "graph")]["nodes"] == 1
     assert by[("torch", "eager")]["launches"] > 100  # the dispatcher's ops on a CPU
     assert all(r["bw_fraction"] > 0 for r in data["records"] if r["path"] == "fused")
+    assert_fractions_from_bytes(data)
     assert [c["copies"] for c in data["cases"]] == [2]  # inputs rotated
     # Nothing is left out silently: every path measured, or written down with its reason.
     missing = {(s["path"], s["variant"]) for s in data["skipped"]}
@@ -93,7 +94,10 @@ def test_run_bench_refuses_bad_arguments():
         (lambda d: d["records"][0].update(median_us=float("nan")), r"results.records\[0\].median_us"),
         (lambda d: d["records"][0].update(rows=7), r"results.records\[0\].rows = 7"),
         (lambda d: d["records"][0].update(bw_fraction=0.5), r"results.records\[0\].bw_fraction = 0.5"),
-        (lambda d: d["cases"][0].pop("min_bytes"), r"results.cases\[0\].min_bytes is missing"),
+        (lambda d: d["records"][0].update(bw_fraction_weights_per_program=1.0),
+         r"results.records\[0\].bw_fraction_weights_per_program = 1.0; expected null"),
+        (lambda d: d["cases"][0].pop("bytes_weights_per_program"),
+         r"results.cases\[0\].bytes_weights_per_program is missing"),
         (lambda d: d.update(smoke="yes"), "results.smoke = 'yes'"),
         (lambda d: d["launch_us"].pop("graph"), "results.launch_us.graph"),
     ],
@@ -116,11 +120,12 @@ def test_eager_records_count_launches_and_graph_records_count_nodes(smoke):
         bad["records"][i][field] = 3
         with pytest.raises(ValueError, match=rf"records\[{i}\].{field} = 3; expected null"):
             results.check_results(bad)
-    bad = copy.deepcopy(data)
-    fused = next(i for i, r in enumerate(bad["records"]) if r["path"] == "fused")
-    bad["records"][fused]["bw_fraction"] = None
-    with pytest.raises(ValueError, match="expected a number > 0 for the fused path"):
-        results.check_results(bad)
+    fused = next(i for i, r in enumerate(data["records"]) if r["path"] == "fused")
+    for field in results.FRACTIONS:
+        bad = copy.deepcopy(data)
+        bad["records"][fused][field] = None
+        with pytest.raises(ValueError, match=rf"{field} = None; expected a number > 0 for the fused path"):
+            results.check_results(bad)
 
 
 def test_newest_results_passes_over_smoke_runs(smoke, tmp_path):
@@ -133,6 +138,21 @@ def test_newest_results_passes_over_smoke_runs(smoke, tmp_path):
     assert results.newest_results(tmp_path).name == "2026-03-04-gpu.json"
 
 
+def assert_fractions_from_bytes(data: dict) -> None:
+    """Every fused record's two shares of the copy bandwidth are its case's bytes over its time:
+    ``bw_fraction`` from the step's bytes (weights once), the other with the weights once a program."""
+    cases = {c["rows"]: c for c in data["cases"]}
+    for r in data["records"]:
+        if r["path"] != "fused":
+            continue
+        per_us = r["median_us"] * 1e3 * data["copy_GBps"]
+        case = cases[r["rows"]]
+        assert r["bw_fraction"] == pytest.approx(case["floor_bytes"] / per_us, rel=1e-12), r
+        assert r["bw_fraction_weights_per_program"] == pytest.approx(case["bytes_weights_per_program"] / per_us,
+                                                                     rel=1e-12), r
+        assert r["bw_fraction"] < r["bw_fraction_weights_per_program"]
+
+
 STORED = sorted((ROOT / results.RESULTS_FOLDER).glob("*.json"))
 
 
@@ -143,6 +163,10 @@ def test_stored_results_are_gpu_runs_with_the_schema(path):
     assert data["complete"], f"{path.name} is the file of a run that was stopped before its end"
     assert data["timer"] == "CUDA events" and data["config"] == "dsv41"
     assert path == bench.default_file(data["device"], data["date"], path.parent)
+    assert_fractions_from_bytes(data)
+    floors = results.computed_floor_us(data)
+    for n, r in results.records(data, "fused", "graph").items():  # the headline share is the floor ratio
+        assert r["bw_fraction"] == pytest.approx(floors[n] / r["median_us"], rel=1e-12)
 
 
 def test_results_table_quotes_the_faster_compiled_variant(smoke):
@@ -194,8 +218,8 @@ def test_case_counts_the_kernels_programs_and_rotates_inputs():
     pairs = sum((n + 1) // 2 for *_, n in case.requests)
     assert case.programs == sum(bool(p["groups"]) for p in plan) == -(-pairs // 8) == 4
     assert len(plan) == 5
-    assert case.min_bytes == sum(minimum_bytes(cfg, case.batch, programs=case.programs).values())
-    assert case.floor_bytes == sum(minimum_bytes(cfg, case.batch).values()) < case.min_bytes
+    per_program = sum(minimum_bytes(cfg, case.batch, programs=case.programs).values())
+    assert case.floor_bytes == sum(minimum_bytes(cfg, case.batch).values()) < case.bytes_weights_per_program == per_program
     assert case.copies == 8  # 2 MB of inputs wanted, a few KB each: capped
     sets = bench_cases.input_sets(cfg, case, 2)
     assert sets[0].pools.kv_cache.data_ptr() != sets[1].pools.kv_cache.data_ptr()
@@ -319,6 +343,25 @@ def test_write_gpu_figures_titles_every_picture(smoke, tmp_path):
     assert any(label.startswith("launch floor") and "measured" in label for label in labels)
     drawn = {label for label, *_ in time_lines(data)}
     assert drawn <= set(labels) and "fused kernel, graph" in drawn
+
+
+def test_pictures_draw_the_stored_values(smoke):
+    """Each line of the time picture is the records' medians; each bar of the bandwidth picture a
+    record's share of the copy bandwidth, the solid graph bars the headline (weights once)."""
+    data = results.load_results(smoke[1])
+    fig = draw_times(data)
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    for label, path, mode, times in time_lines(data):
+        assert list(lines[label].get_ydata()) == list(times.values())
+    floor = next(line for name, line in lines.items() if name.startswith("computed floor"))
+    assert list(floor.get_ydata()) == list(results.computed_floor_us(data).values())
+    fig = draw_bandwidth(data)
+    bars = {c.get_label(): [p.get_height() for p in c.patches] for c in fig.axes[0].containers}
+    graph = results.records(data, "fused", "graph")
+    solid = next(v for k, v in bars.items() if k.startswith("fused, graph, weights once ="))
+    hatched = next(v for k, v in bars.items() if "a program" in k)
+    assert solid == [r["bw_fraction"] for r in graph.values()]
+    assert hatched == [r["bw_fraction_weights_per_program"] for r in graph.values()]
 
 
 # ------------------------------------------------------------------------------------------------

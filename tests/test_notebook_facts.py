@@ -1,17 +1,23 @@
 """Facts that notebooks 00, 01 and 03 state in prose, checked here rather than by asserts in cells,
-and the shape every one of those notebooks keeps (length, cells, tags, pointers)."""
+the shape every one of those notebooks keeps (length, cells, tags, pointers), and every number
+from a GPU run that notebooks 00-05 and the README state: the stored one."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 import c2graph as c2
+import stored_numbers
 from c2graph.compressor import torch_path as tp
+from c2graph.measure import results
+from c2graph.measure.bench_cases import input_sets, make_case
 from c2graph.workshop import my_compressor as wc
 from c2graph.workshop.graphs import replay_against_eager
 
@@ -171,3 +177,148 @@ def test_the_map_and_the_last_section_point_to_the_next_notebooks():
     tour = "".join(text(c) for c in notebook("00_tour.ipynb"))
     assert "04_static_offsets" in tour and "05_performance" in tour
     assert "04_static_offsets.ipynb" in text(notebook("03_cuda_graphs_and_broken_offsets.ipynb")[-1])
+
+
+# --- numbers from a GPU run: every one the notebooks and the README state is the stored one ---------
+# A stale number cannot hide behind nbval, whose sanitizer replaces every time: each number with a
+# unit of a GPU measurement that a notebook prints (outside machine-dependent cells) or states in
+# prose, and each ratio, share, count or size beside it, must be what the stored results file says
+# (the newest, or the one the line names), at the precision it is written with. The rules and the
+# quantities a results file implies are in stored_numbers.py.
+
+NOTES = ROOT / "benchmarks" / "NOTES.md"
+STORED_FILES = {p.name: p for p in sorted(results.RESULTS_FOLDER.glob("*.json"))}
+NEWEST = results.newest_results()
+READS_RESULTS = re.compile(r"results\.\w+\(|time_lines\(|speedups\(|\b(data|stored)\[")
+"""A code cell that reads stored results: every ratio and share it prints is checked, time or not."""
+NOT_A_GPU_RUN = {  # (document, words on the line): where those numbers come from instead
+    ("02_the_fused_kernel.ipynb", "us of memory traffic (computed)"):
+        "bytes counted on this machine over the H200 datasheet's 4.8 TB/s (the cell says so): no GPU run",
+}
+
+
+@functools.lru_cache
+def torch_bytes_2048() -> int:
+    """The torch path's own bytes at the benchmark's 2048-row case, counted op by op on the CPU, as
+    notebook 05 counts them (its torch replay's time beyond those bytes is derived from them)."""
+    cfg = c2.Config.dsv41()
+    case = make_case(cfg, 2048, torch.device("cpu"), cache_bytes=0, copies=(1, 1))
+    s = input_sets(cfg, case, copies=1)[0]
+    plain = c2.SourceLayer(cfg, seed=0, use_fused_gate=False, device="cpu")
+    with c2.count_ops() as counted:
+        c2.compress_torch(plain, s.kv, s.score, s.batch, s.pools, latent_out=s.latent)
+    return counted.total_bytes
+
+
+def documents() -> list[tuple[str, list[tuple[int | str, str, str, bool]]]]:
+    """``(name, [(cell, kind, text, reads stored results)])`` of notebooks 00-05 and the README's
+    "Measured on a GPU" section (its paragraphs as cells)."""
+    docs = []
+    for path in sorted((ROOT / "notebooks").glob("0*.ipynb")):
+        parts = []
+        for i, cell in enumerate(notebook(path.name)):
+            if cell["cell_type"] == "markdown":
+                parts.append((i, "markdown", text(cell), False))
+            elif not text(cell).startswith("# NBVAL_IGNORE_OUTPUT"):  # machine-dependent: a live run
+                out = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                              for o in cell.get("outputs", []))
+                parts.append((i, "output", out, bool(READS_RESULTS.search(text(cell)))))
+        docs.append((path.name, parts))
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Measured on a GPU", 1)[1].split("\n## ", 1)[0]
+    docs.append(("README.md", [(f"paragraph {k}", "markdown", p, False) for k, p in enumerate(section.split("\n\n"))]))
+    return docs
+
+
+def disagreements(name: str, parts) -> list[str]:
+    """One line per stated number that is not the stored one: document, cell, number, stored value."""
+    wrong = []
+    for cell, kind, body, reads in parts:
+        cites_notes = "benchmarks/NOTES.md" in body
+        for s in stored_numbers.statements(name, cell, kind, body, ROW_COUNTS, reads):
+            if "datasheet" in s.line or any(doc == name and words in s.line for doc, words in NOT_A_GPU_RUN):
+                continue
+            named = stored_numbers.FILE_NAME.search(s.line)
+            path = STORED_FILES.get(named.group(0)) if named else NEWEST
+            data = stored_numbers.load(path)
+            torch_bytes = torch_bytes_2048() if s.unit in ("µs", "us") and s.rows in (None, 2048) else None
+            candidates = stored_numbers.quantities(data, s.rows, torch_bytes)[s.unit]
+            if any(stored_numbers.agrees(s, v) for _, v in candidates):
+                continue
+            if cites_notes and s.kind == "markdown" and any(stored_numbers.agrees(s, v) for v in
+                                                             stored_numbers.notes_numbers(NOTES)):
+                continue  # a number of another run, from the record the cell names
+            at = f" at {s.rows} rows" if s.rows else ""
+            wrong.append(f"{s.where()}: states {s.said()}{at} in {s.line[:110]!r}; "
+                         f"the stored results ({path.relative_to(ROOT)}) do not say that: "
+                         f"{stored_numbers.closest(s, candidates)}")
+    return wrong
+
+
+ROW_COUNTS = {c["rows"] for p in STORED_FILES.values() for c in stored_numbers.load(p)["cases"]}
+"""The buckets of every stored run: a number before "rows" (or leading a line) that is one of them says which bucket."""
+DOCS = documents() if NEWEST else []
+
+
+@pytest.mark.skipif(NEWEST is None, reason="no stored GPU results: no notebook states a measured number")
+@pytest.mark.parametrize("name, parts", DOCS, ids=[name for name, _ in DOCS])
+def test_every_number_from_a_gpu_run_is_the_stored_one(name, parts):
+    wrong = disagreements(name, parts)
+    assert not wrong, f"{len(wrong)} stated numbers are not the stored ones:\n" + "\n".join(wrong)
+
+
+@pytest.mark.skipif(NEWEST is None, reason="no stored GPU results to be stale against")
+def test_the_check_of_stated_numbers_names_a_stale_one():
+    """A line of an older run, printed as notebook 02 once printed it, is caught with its cell and the stored value."""
+    data = stored_numbers.load(NEWEST)
+    fused = results.records(data, "fused", "graph")[2048]["median_us"]
+    line = f"fused  eager call (1 launches): 2048 rows {fused + 1:.0f} µs; graph replay at 2048 rows {fused:.1f} µs"
+    wrong = disagreements("05_performance.ipynb", [(7, "output", line, True)])
+    assert len(wrong) == 1 and wrong[0].startswith("05_performance.ipynb, cell 7 (counted from 0), output: states ")
+    assert f"{fused + 1:.0f} µs at 2048 rows" in wrong[0] and "the closest stored value is fused" in wrong[0]
+    prose = f"The fused kernel replays in {fused + 3:.1f} µs at 2048 rows; the torch path in about 9 µs."
+    assert len(disagreements("05_performance.ipynb", [(3, "markdown", prose, False)])) == 2
+
+
+def pictured(name: str) -> list[int]:
+    """The cells of notebook ``name`` that show a picture of stored results."""
+    return [i for i, c in enumerate(notebook(name)) if c["cell_type"] == "code"
+            and re.search(r"draw_(times|bandwidth|speedups)", text(c))
+            and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+
+
+PICTURED = [p.name for p in sorted((ROOT / "notebooks").glob("0*.ipynb")) if pictured(p.name)] if NEWEST else []
+
+
+@pytest.mark.parametrize("name", PICTURED)
+def test_pictures_of_stored_results_come_from_one_run_that_read_the_stored_file(name):
+    """A picture cannot be read back for its numbers; the pictures' functions are tested to plot the
+    stored values (test_bench.py). Here: a notebook that shows one ran top to bottom in one go, and
+    its printed numbers (checked above) show that run read the stored file."""
+    counts = [c["execution_count"] for c in notebook(name) if c["cell_type"] == "code"]
+    assert counts == list(range(1, len(counts) + 1)), (
+        f"{name}: cells {pictured(name)} show pictures of stored results, but the notebook was not run top "
+        f"to bottom in one go (execution counts {counts}): re-execute it")
+    stated = [s for cell, kind, body, reads in dict(DOCS)[name] if kind == "output"
+              for s in stored_numbers.statements(name, cell, kind, body, ROW_COUNTS, reads)]
+    assert stated, f"{name}: pictures of stored results, and no printed number that shows which file was read"
+
+
+# --- the instructor's three-hour plan ------------------------------------------------------------------
+
+
+def test_the_three_hour_plan_adds_up_and_names_real_exercises():
+    guide = (ROOT / "notebooks" / "INSTRUCTOR.md").read_text()
+    plan = guide.split("## The workshop in three hours", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in plan.splitlines()
+            if line.startswith("| ") and not line.startswith("| start") and not line.startswith("| notebook")]
+    blocks = [r for r in rows if r[-1].isdigit()]
+    total = next(int(r[-1].strip("*")) for r in rows if "in all" in r[-2])
+    assert sum(int(r[-1]) for r in blocks) == total <= 180
+    assert sum(r[1] == "break" for r in blocks) == 2
+    for r in blocks:  # the exercises' allowances fit in their block
+        assert sum(int(m) for m in re.findall(r"\((\d+)\)", r[3])) <= int(r[-1]), r
+    headings = {m for p in (ROOT / "notebooks").glob("0*.ipynb") for c in notebook(p.name)
+                if c["cell_type"] == "markdown" for m in re.findall(r"### Exercise \d*:? ?(.+)", text(c))}
+    named = [e for r in blocks for e in re.findall(r"exercise \d, ([\w -]+?) \(\d+\)", r[3])]
+    assert len(named) == 7 and set(named) <= headings, (named, headings)

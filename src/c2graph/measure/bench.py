@@ -9,7 +9,8 @@ For the ``dsv41`` preset and buckets of 256, 2048, 16384 and 65536 rows (ragged 
   torch path as taught (float64 reductions) and a plain fp32 port of it (:mod:`.compiled`); the
   table quotes the faster;
 - the fused path, eager and replayed in a graph, with its bytes over its time as a fraction of
-  the copy bandwidth;
+  the copy bandwidth: the step's bytes (weights once), which is also the memory floor's time over
+  the measured one, and the bytes with the weights once per program;
 - a model of many source layers (some without the fused gate) replayed in one graph.
 
 Each time is the median of ``--reps`` calls (CUDA events, after warm-up), the calls taking input
@@ -45,13 +46,15 @@ from . import bench_cases
 from .bench_model import measure_model
 from .compiled import VARIANTS, compiled
 from .opcount import count_cuda_kernels, count_ops
-from .results import RESULTS_FOLDER, SCHEMA, check_results, results_table
+from .results import FRACTIONS, RESULTS_FOLDER, SCHEMA, check_results, results_table
 from .timing import copy_GBps, launch_us, median_us, on_cuda, replay_us
 
 ROWS = (256, 2048, 16384, 65536)
 SMOKE_ROWS = (16, 48)
 PATHS = ("torch", "fused", "compiled", "model")
 """Measured in this order, every row count of one before the next: the paths that matter most first."""
+NO_FRACTIONS = dict.fromkeys(FRACTIONS)
+"""The bandwidth fields of a record outside the fused path: null."""
 TOLERANCE = 2.0**-6
 """How close a compiled torch path must come to the torch path before it is timed: within
 ``TOLERANCE`` of the row's largest value (see :func:`disagreement`)."""
@@ -77,7 +80,10 @@ def _eager_and_graph(calls, reps: int, device, **fields) -> list[dict]:
 
 
 def _bandwidth(record: dict, case: bench_cases.Case, copy: float) -> dict:
-    return dict(record, bw_fraction=case.min_bytes / (record["median_us"] * 1e3) / copy)
+    """``record`` with the fused path's two shares of the copy bandwidth (see :mod:`.results`)."""
+    per_us = record["median_us"] * 1e3 * copy  # bytes the copy moves in the record's time
+    return dict(record, bw_fraction=case.floor_bytes / per_us,
+                bw_fraction_weights_per_program=case.bytes_weights_per_program / per_us)
 
 
 def close_in_row(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -125,7 +131,7 @@ def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: 
     fields = dict(rows=case.rows, path=path, variant=variant)
     if path == "torch":
         layer = SourceLayer(cfg, seed=0, use_fused_gate=False, device=device)
-        return _eager_and_graph(bench_cases.torch_calls(layer, sets), reps, device, **fields, bw_fraction=None)
+        return _eager_and_graph(bench_cases.torch_calls(layer, sets), reps, device, **fields, **NO_FRACTIONS)
     if path == "fused":
         layer = SourceLayer(cfg, seed=0, device=device)
         found = _eager_and_graph(bench_cases.fused_calls(layer, sets), reps, device, **fields)
@@ -140,7 +146,7 @@ def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: 
         raise RuntimeError(f"not timed: {wrong}")
     graphs = bench_cases.capture(bench_cases.compiled_calls(fn, layer, sets))
     return [dict(fields, mode="graph", median_us=replay_us(graphs, reps, device),
-                 nodes=graphs[0].num_nodes, launches=None, bw_fraction=None, compile_s=compile_s)]
+                 nodes=graphs[0].num_nodes, launches=None, **NO_FRACTIONS, compile_s=compile_s)]
 
 
 def units(paths) -> list[tuple[str, str, str]]:

@@ -62,8 +62,8 @@ class Case:
     allocator: ReqToTokenPool
     batch: ExtendBatch
     programs: int
-    min_bytes: int
     floor_bytes: int
+    bytes_weights_per_program: int
     copies: int
 
     def info(self) -> dict:
@@ -74,8 +74,8 @@ class Case:
             "requests": self.batch.batch_size,
             "odd_prefixes": sum(r[1] % 2 for r in self.requests),
             "programs": self.programs,
-            "min_bytes": self.min_bytes,
             "floor_bytes": self.floor_bytes,
+            "bytes_weights_per_program": self.bytes_weights_per_program,
             "copies": self.copies,
         }
 
@@ -91,11 +91,11 @@ def make_case(cfg: Config, rows: int, device: torch.device, *, cache_bytes: int,
     # Each program of the fused kernel that has groups reads the weights: ask the kernel's own plan how many.
     plan = program_plan(batch, cfg.ring_size, groups=kernel_blocks(cfg.D, batch.num_rows).groups)
     programs = sum(bool(p["groups"]) for p in plan)
-    min_bytes = sum(minimum_bytes(cfg, batch, programs=programs).values())
     floor_bytes = sum(minimum_bytes(cfg, batch).values())
+    per_program = sum(minimum_bytes(cfg, batch, programs=programs).values())
     fewest, most = copies
     n = max(fewest, min(most, math.ceil(2 * cache_bytes / floor_bytes)))
-    return Case(rows, requests, allocator, batch, programs, min_bytes, floor_bytes, n)
+    return Case(rows, requests, allocator, batch, programs, floor_bytes, per_program, n)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import math
 from ..compressor.config import Config
 from ..graphs.prefill_graph import PrefillGraphRunner
 from .bench_cases import REQUESTS, Case
+from .results import FRACTIONS
 from .timing import replay_us
 
 
@@ -45,4 +46,4 @@ def measure_model(cfg: Config, case: Case, reps: int) -> dict:
     graphs = [runner.graphs[case.rows] for runner in runners]
     return dict(rows=case.rows, path="model", mode="graph", variant=f"{len(layers)} layers, {fused} with the fused gate",
                 median_us=replay_us(graphs, reps, device), nodes=nodes, launches=None,
-                bw_fraction=None, layers=len(layers), fused_layers=fused)
+                **dict.fromkeys(FRACTIONS), layers=len(layers), fused_layers=fused)

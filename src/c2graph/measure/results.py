@@ -2,22 +2,27 @@
 
 ``python -m c2graph bench`` writes one JSON file per run, ``benchmarks/results/<date>-<device>.json``:
 
-- ``schema`` (``"c2graph-bench/1"``), ``device``, ``torch``, ``triton``, ``date`` (ISO), ``config``
+- ``schema`` (``"c2graph-bench/2"``), ``device``, ``torch``, ``triton``, ``date`` (ISO), ``config``
   (the layer preset), ``smoke`` (true for a CPU smoke run, which measures nothing about a GPU),
   ``timer`` (``"CUDA events"`` or ``"wall clock"``), ``reps`` (timed calls per median);
 - ``copy_GBps``: the device-to-device copy bandwidth of the same run (bytes read plus written);
 - ``launch_us``: ``{"eager": one small eager launch, "graph": one replay of a one-node graph}``, µs;
 - ``complete``: false while the run is still writing (a run stopped early keeps what it measured);
 - ``cases``: one per row count: ``rows``, ``live_rows``, ``requests``, ``odd_prefixes``,
-  ``programs`` (blocks of the fused kernel that hold a group, each reading the weights), ``min_bytes`` (the
-  bytes the fused kernel must move: the step's, with the weights read once per program),
-  ``floor_bytes`` (the step's, weights read once: what any implementation must move) and
-  ``copies`` (input sets rotated so that no input stays in the L2 cache);
+  ``programs`` (blocks of the fused kernel that hold a group, each reading the weights),
+  ``floor_bytes`` (the step's bytes, weights read once: what any implementation must move),
+  ``bytes_weights_per_program`` (the same with the weights read once per program, as the fused
+  kernel's programs read them, mostly from the L2) and ``copies`` (input sets rotated so that no
+  input stays in the L2 cache);
 - ``records``: one per measurement: ``rows``, ``path`` (``torch``, ``compiled``, ``fused``, or
   ``model`` for a many-layer model), ``mode`` (``eager`` or ``graph``), ``variant`` (which one of a
   path), ``median_us``, ``nodes`` (graph nodes; ``null`` in eager mode), ``launches`` (kernels one
-  eager call launches; ``null`` in graph mode), ``bw_fraction`` (the fused path only: ``min_bytes``
-  over the time, as a fraction of ``copy_GBps``); optional ``compile_s``, ``layers``, ``fused_layers``;
+  eager call launches; ``null`` in graph mode), ``bw_fraction`` (the fused path only: ``floor_bytes``
+  over the time, as a fraction of ``copy_GBps``; the same number as the floor ratio, the memory
+  floor's time over the measured one) and ``bw_fraction_weights_per_program`` (the fused path
+  only: ``bytes_weights_per_program`` over the time, of ``copy_GBps``: it counts the weights'
+  re-reads from the L2 as memory traffic, so it flatters, and can pass 1); ``null`` on other
+  paths; optional ``compile_s``, ``layers``, ``fused_layers``;
 - ``skipped``: what was not measured and why (``rows``, ``path``, ``mode``, ``variant``, ``reason``).
 
 :func:`check_results` is the one check of that schema: the benchmark runs it before writing, the
@@ -31,7 +36,7 @@ import math
 import os
 from pathlib import Path
 
-SCHEMA = "c2graph-bench/1"
+SCHEMA = "c2graph-bench/2"
 PATHS = ("torch", "compiled", "fused", "model")
 MODES = ("eager", "graph")
 RESULTS_FOLDER = Path(__file__).resolve().parents[3] / "benchmarks" / "results"
@@ -44,8 +49,11 @@ _TOP = {
     "cases": list, "records": list, "skipped": list,
 }
 _CASE = {"rows": int, "live_rows": int, "requests": int, "odd_prefixes": int, "programs": int,
-         "min_bytes": int, "floor_bytes": int, "copies": int}
+         "floor_bytes": int, "bytes_weights_per_program": int, "copies": int}
 _RECORD = {"rows": int, "path": str, "mode": str, "variant": str, "median_us": float}
+FRACTIONS = ("bw_fraction", "bw_fraction_weights_per_program")
+"""The fused path's bytes over its time, of the copy bandwidth: the headline (weights once), then
+the count with the weights once per program."""
 _OPTIONAL = {"compile_s": float, "layers": int, "fused_layers": int}
 _SKIPPED = {"rows": int, "path": str, "mode": str, "variant": str, "reason": str}
 
@@ -85,11 +93,12 @@ def _check_record(r: dict, where: str, rows: set[int]) -> None:
             raise ValueError(f"{where}.{name} = {value!r}; expected an int > 0 in {r['mode']} mode")
         if not wanted and value is not None:
             raise ValueError(f"{where}.{name} = {value!r}; expected null in {r['mode']} mode")
-    fraction = r.get("bw_fraction", "missing")
-    if r["path"] == "fused" and not (_is(fraction, float) and fraction > 0):
-        raise ValueError(f"{where}.bw_fraction = {fraction!r}; expected a number > 0 for the fused path")
-    if r["path"] != "fused" and fraction is not None:
-        raise ValueError(f"{where}.bw_fraction = {fraction!r}; expected null outside the fused path")
+    for name in FRACTIONS:
+        fraction = r.get(name, "missing")
+        if r["path"] == "fused" and not (_is(fraction, float) and fraction > 0):
+            raise ValueError(f"{where}.{name} = {fraction!r}; expected a number > 0 for the fused path")
+        if r["path"] != "fused" and fraction is not None:
+            raise ValueError(f"{where}.{name} = {fraction!r}; expected null outside the fused path")
     for name, kind in _OPTIONAL.items():
         if name in r and not _is(r[name], kind):
             raise ValueError(f"{where}.{name} = {r[name]!r}; expected a {kind.__name__}")
@@ -167,25 +176,28 @@ def describe(data: dict) -> str:
 
 
 def results_table(data: dict) -> str:
-    """The run as a text table: one line per row count, times in µs, and the ratios that matter."""
+    """The run as a text table: one line per row count, times in µs, the memory floor, the fused
+    replay's share of the copy bandwidth (weights once: the floor ratio, floor / fused) and the
+    ratios that matter."""
     cols = [("torch eager", records(data, "torch", "eager")), ("torch graph", records(data, "torch", "graph")),
             ("compiled graph", fastest_compiled(data)), ("fused eager", records(data, "fused", "eager")),
             ("fused graph", records(data, "fused", "graph")), ("model graph", records(data, "model", "graph"))]
     cols = [(name, recs) for name, recs in cols if recs]
-    head = ["rows"] + [name for name, _ in cols] + ["of copy bw", "torch/fused", "compiled/fused"]
+    head = ["rows"] + [name for name, _ in cols] + ["memory floor", "floor/fused", "torch/fused", "compiled/fused"]
     lines = [" | ".join(f"{h:>14}" for h in head)]
-    fused = records(data, "fused", "graph")
+    fused, floors = records(data, "fused", "graph"), computed_floor_us(data)
     for case in sorted(data["cases"], key=lambda c: c["rows"]):
         n = case["rows"]
         cells = [str(n)] + [f"{recs[n]['median_us']:.1f}" if n in recs else "-" for _, recs in cols]
         f = fused.get(n)
         ratio = {name: recs[n]["median_us"] / f["median_us"] if f and n in recs else None for name, recs in cols}
-        cells.append(f"{f['bw_fraction']:.0%}" if f else "-")
+        cells += [f"{floors[n]:.2f}", f"{f['bw_fraction']:.0%}" if f else "-"]
         for name in ("torch graph", "compiled graph"):
             cells.append(f"{ratio[name]:.1f}x" if ratio.get(name) else "-")
         lines.append(" | ".join(f"{c:>14}" for c in cells))
     notes = [f"{describe(data)}; times in µs ({data['timer']}, median of {data['reps']}); "
-             f"copy bandwidth {data['copy_GBps']:.0f} GB/s"]
+             f"copy bandwidth {data['copy_GBps']:.0f} GB/s; memory floor: the step's bytes (weights once) "
+             "over it; floor/fused: the fused replay's share of the copy bandwidth"]
     for n, r in fastest_compiled(data).items():
         notes.append(f"compiled graph at {n} rows: the faster variant is {r['variant']}")
     notes += [f"skipped: {s['path']} {s['mode']} ({s['variant']}) at {s['rows']} rows: {s['reason']}"

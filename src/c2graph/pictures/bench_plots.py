@@ -86,35 +86,38 @@ def draw_times(data: dict, paths=("torch", "compiled", "fused")) -> Figure:
 def draw_bandwidth(data: dict) -> Figure:
     """The fused path's bytes over its time, as a fraction of the copy bandwidth, per row count.
 
-    Three bars a bucket: eager and graph with the weights counted once per block of the kernel
-    (the records' ``bw_fraction``), and the graph with the weights counted once (the step's
-    bytes: the weights' re-reads come from the L2 cache, so this is the stricter count).
+    Three bars a bucket, from the records: eager and graph with the weights counted once
+    (``bw_fraction``, the headline: the step's bytes, so the graph bar is also the floor ratio,
+    the memory floor's time over the replay's), and the graph with the weights counted once per
+    program (``bw_fraction_weights_per_program``: the re-reads come mostly from the L2 cache, so
+    this count flatters, and can pass 100%).
     """
-    fig = Figure(figsize=(8.0, 3.8), layout="constrained")
+    fig = Figure(figsize=(8.0, 4.6), layout="constrained")
     ax = fig.add_subplot()
     rows = sorted(c["rows"] for c in data["cases"])
-    floor_bytes = {c["rows"]: c["floor_bytes"] for c in data["cases"]}
     width = 0.27
     graph = records(data, "fused", "graph")
     bars_of = (
-        ("eager, weights once a block", records(data, "fused", "eager"), None, 0.45, None),
-        ("graph, weights once a block", graph, None, 1.0, None),
-        ("graph, weights once", graph, floor_bytes, 1.0, "//"),
+        ("eager, weights once", records(data, "fused", "eager"), "bw_fraction", 0.45, None),
+        ("graph, weights once = memory floor / replay", graph, "bw_fraction", 1.0, None),
+        ("graph, weights once a program (L2 re-reads: flatters)", graph,
+         "bw_fraction_weights_per_program", 1.0, "//"),
     )
-    for k, (label, found, nbytes, alpha, hatch) in enumerate(bars_of):
+    top = 1.15
+    for k, (label, found, field, alpha, hatch) in enumerate(bars_of):
         xs = [i + (k - 1) * width for i, n in enumerate(rows) if n in found]
-        ys = [found[n]["bw_fraction"] if nbytes is None else nbytes[n] / (found[n]["median_us"] * 1e3) / data["copy_GBps"]
-              for n in rows if n in found]
+        ys = [found[n][field] for n in rows if n in found]
         bars = ax.bar(xs, ys, width, color="white" if hatch else _COLOURS["fused"], alpha=alpha, hatch=hatch,
-                      edgecolor=_COLOURS["fused"], label=f"fused kernel, {label} (measured)")
+                      edgecolor=_COLOURS["fused"], label=f"fused, {label}")
         ax.bar_label(bars, [f"{y:.0%}" for y in ys], fontsize=8)
+        top = max([top] + [y * 1.12 for y in ys])
     ax.axhline(1.0, color=_FLOOR, lw=1.5, label=f"measured copy bandwidth ({data['copy_GBps']:.0f} GB/s)")
     ax.set_xticks(range(len(rows)), [str(n) for n in rows])
     ax.set_xlabel("rows in the batch (bucket)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.set_ylim(0, 1.15)
-    ax.set_ylabel("bytes / time, of copy bandwidth")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylim(0, top)
+    ax.set_ylabel("bytes / time, of copy bandwidth (measured)")
+    fig.legend(fontsize=8, loc="outside lower center", ncols=2)
     _title(fig, data, "How close the fused kernel comes to the copy bandwidth")
     return fig
 
