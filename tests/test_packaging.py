@@ -174,13 +174,15 @@ def test_a_working_venv_and_a_folder_that_is_no_venv_are_kept(tmp_path):
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_make_runs_the_check_first_and_stops_before_any_venv(tmp_path):
     venv = tmp_path / "v"
-    planned = subprocess.run(["make", "-n", "lab", f"VENV={venv}"], cwd=ROOT, capture_output=True, text=True)
+    alone = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}  # not as `make test`'s child
+    planned = subprocess.run(["make", "--no-print-directory", "-n", "lab", f"VENV={venv}"], cwd=ROOT,
+                             capture_output=True, text=True, env=alone)
     assert planned.stdout.splitlines()[:2] == [f"sh tools/check-setup.sh python3 {venv}", f"python3 -m venv {venv}"]
 
     folder = _bin(tmp_path)
     (folder / "make").symlink_to(shutil.which("make"))
-    done = subprocess.run(["make", f"{venv}/.installed", f"VENV={venv}"], cwd=ROOT, capture_output=True,
-                          text=True, env={"PATH": str(folder), "HOME": str(tmp_path)})
+    done = subprocess.run(["make", "--no-print-directory", f"{venv}/.installed", f"VENV={venv}"], cwd=ROOT,
+                          capture_output=True, text=True, env={"PATH": str(folder), "HOME": str(tmp_path)})
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.splitlines()[0] == _readme_line().replace(".venv", str(venv))
     assert not venv.exists()
