@@ -1,6 +1,12 @@
-"""The three places that name dependencies agree: pyproject.toml, constraints.txt, environment.yml."""
+"""How the package is installed: the three places that name dependencies agree (pyproject.toml,
+constraints.txt, environment.yml); the set-up check says in one line what to install before
+anything is written; the Containerfile runs the README's two commands."""
 
+import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -56,3 +62,180 @@ def test_installed_versions_satisfy_pyproject_ranges():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     for req in map(Requirement, meta["dependencies"] + meta["optional-dependencies"]["dev"]):
         assert req.specifier.contains(version(req.name).split("+")[0]), (req, version(req.name))
+
+
+# --- the set-up check (tools/check-setup.sh), run with a PATH of stand-ins ------------------------
+
+CHECK = ROOT / "tools" / "check-setup.sh"
+VERSION = "%d.%d" % sys.version_info[:2]
+
+
+def _script(path: Path, text: str) -> None:
+    path.write_text("#!/bin/sh\n" + text + "\n")
+    path.chmod(0o755)
+
+
+def _bin(tmp_path, *, uid=1000, system="Linux", apt=True, python="no ensurepip") -> Path:
+    """A folder that is all of PATH: `id -u` answers uid, `uname -s` answers system, apt-get is
+    there or not, and python3 is this Python, this Python without ensurepip, or missing."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for tool in ("sh", "rm"):
+        (folder / tool).symlink_to(shutil.which(tool))
+    _script(folder / "id", f"echo {uid}")
+    _script(folder / "uname", f'[ "$1" = -s ] && {{ echo {system}; exit 0; }}\nexec {shutil.which("uname")} "$@"')
+    if apt:
+        _script(folder / "apt-get", "exit 0")
+    if python != "missing":
+        shadow = tmp_path / "shadow"
+        shadow.mkdir()
+        if python == "no ensurepip":  # as on Debian and Ubuntu without python3.X-venv
+            (shadow / "ensurepip.py").write_text("raise ModuleNotFoundError(\"No module named 'ensurepip'\")\n")
+        _script(folder / "python3", f'PYTHONPATH={shadow} exec {sys.executable} "$@"')
+    return folder
+
+
+def _check(tmp_path, folder, venv=".venv"):
+    return subprocess.run(["sh", str(CHECK), "python3", venv], cwd=tmp_path, capture_output=True,
+                          text=True, env={"PATH": str(folder), "HOME": str(tmp_path)})
+
+
+def _readme_line() -> str:
+    """The line the README quotes for a Debian without python3-venv, for this Python's version."""
+    block = re.search(r"```text\n(c2graph set-up: .*)\n```", (ROOT / "README.md").read_text())
+    return block.group(1).replace("3.11", VERSION)
+
+
+@pytest.mark.parametrize("uid, install", [(1000, "sudo apt-get install -y"), (0, "apt-get install -y")])
+def test_without_ensurepip_one_line_names_the_versioned_venv_package(tmp_path, uid, install):
+    done = _check(tmp_path, _bin(tmp_path, uid=uid))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines() == [_readme_line().replace("sudo apt-get install -y", install)]
+    assert f"'{install} python{VERSION}-venv'" in done.stderr
+    assert not (tmp_path / ".venv").exists()
+
+
+def test_without_apt_the_line_names_the_missing_module(tmp_path):
+    done = _check(tmp_path, _bin(tmp_path, apt=False))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"c2graph set-up: python3 ({VERSION}) cannot create .venv: its ensurepip module is missing; "
+        "install the package of your system that provides it, then run make again"]
+
+
+def test_without_python3_the_line_names_python3_and_its_venv(tmp_path):
+    done = _check(tmp_path, _bin(tmp_path, python="missing"))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "c2graph set-up: no python3 here: run 'sudo apt-get install -y python3 python3-venv', then run make again"]
+
+
+def test_on_macos_the_line_points_to_the_container_section(tmp_path):
+    done = _check(tmp_path, _bin(tmp_path, system="Darwin", python="whole"))
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "c2graph set-up: Triton publishes wheels for Linux only and this is Darwin: "
+        "run the container or WSL (README, section 'macOS and Windows')"]
+    assert "\n## macOS and Windows\n" in (ROOT / "README.md").read_text()
+
+
+def test_a_half_made_venv_is_removed_so_it_is_made_afresh(tmp_path):
+    venv = tmp_path / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (venv / "bin" / "python").symlink_to(tmp_path / "gone")  # what a failed `python3 -m venv` leaves
+    done = _check(tmp_path, _bin(tmp_path, python="whole"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "c2graph set-up: .venv has no working pip (an earlier run stopped half-way): making it afresh\n"
+    assert not venv.exists()
+
+
+def test_a_working_venv_and_a_folder_that_is_no_venv_are_kept(tmp_path):
+    pytest.importorskip("pip", reason="this Python has no pip to stand in for a working .venv's")
+    working = tmp_path / "working"
+    (working / "bin").mkdir(parents=True)
+    (working / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    _script(working / "bin" / "python", f'exec {sys.executable} "$@"')
+    done = _check(tmp_path, _bin(tmp_path, python="whole"), venv="working")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+    assert (working / "pyvenv.cfg").exists()
+
+    other = tmp_path / "notes"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep me")
+    done = _check(tmp_path, tmp_path / "bin", venv="notes")
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "c2graph set-up: notes exists and is no virtual environment: move it away, "
+        "or name another, e.g. 'make test VENV=.venv-c2graph'"]
+    assert (other / "mine.txt").read_text() == "keep me"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_runs_the_check_first_and_stops_before_any_venv(tmp_path):
+    venv = tmp_path / "v"
+    alone = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}  # not as `make test`'s child
+    planned = subprocess.run(["make", "--no-print-directory", "-n", "lab", f"VENV={venv}"], cwd=ROOT,
+                             capture_output=True, text=True, env=alone)
+    assert planned.stdout.splitlines()[:2] == [f"sh tools/check-setup.sh python3 {venv}", f"python3 -m venv {venv}"]
+
+    folder = _bin(tmp_path)
+    (folder / "make").symlink_to(shutil.which("make"))
+    done = subprocess.run(["make", "--no-print-directory", f"{venv}/.installed", f"VENV={venv}"], cwd=ROOT,
+                          capture_output=True, text=True, env={"PATH": str(folder), "HOME": str(tmp_path)})
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.splitlines()[0] == _readme_line().replace(".venv", str(venv))
+    assert not venv.exists()
+
+
+# --- the Containerfile: the README's two commands in a Debian with Python 3.11 ---------------------
+
+def _containerfile() -> str:
+    return (ROOT / "Containerfile").read_text()
+
+
+def _jupyter_config() -> dict:
+    return json.loads(re.search(r"echo '(\{.*\})'", _containerfile()).group(1))
+
+
+def test_the_image_is_debian_bookworm_with_what_the_readme_says_to_install():
+    recipe = _containerfile()
+    assert re.search(r"^FROM debian:bookworm(-slim)?$", recipe, re.M)
+    packages = re.search(r"apt-get install -y --no-install-recommends ([\w .-]+?) \\", recipe).group(1).split()
+    assert set(packages) == {"make", "python3", "python3-venv"}
+    readme = (ROOT / "README.md").read_text()
+    assert "install first: `sudo apt-get install make python3-venv`" in readme
+
+
+def test_the_image_builds_the_two_commands_first_step_and_runs_make_lab():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^VENV\s+\?= \.venv$", makefile, re.M) and re.search(r"^STAMP\s+:= \$\(VENV\)/\.installed$", makefile, re.M)
+    assert re.search(r"^lab: \$\(STAMP\)$", makefile, re.M) and re.search(r"^test: \$\(STAMP\)$", makefile, re.M)
+    runs = re.findall(r"^RUN make (.+)$", _containerfile(), re.M)
+    assert runs == [".venv/.installed"]
+    assert re.search(r'^CMD \["make", "lab"\]$', _containerfile(), re.M)
+
+
+def test_jupyterlab_listens_on_the_published_port_of_every_interface():
+    config = _jupyter_config()["ServerApp"]
+    assert config == {"ip": "0.0.0.0", "port": 8888, "port_retries": 0, "open_browser": False}
+    assert re.search(rf"^EXPOSE {config['port']}$", _containerfile(), re.M)
+    serverapp = pytest.importorskip("jupyter_server.serverapp")
+    assert set(config) <= set(serverapp.ServerApp.class_trait_names())
+
+
+def test_the_readme_builds_the_image_and_runs_both_commands_in_it():
+    section = (ROOT / "README.md").read_text().split("## macOS and Windows")[1].split("\n## ")[0]
+    commands = re.search(r"\*\*The container\.\*\*.*?```bash\n(.*?)```", section, re.S).group(1)
+    lines = [line.split("#")[0].strip() for line in commands.splitlines()]
+    port = _jupyter_config()["ServerApp"]["port"]
+    assert lines == ["podman build -t c2graph .",
+                     f"podman run --rm -it --init -p {port}:{port} c2graph",
+                     "podman run --rm --init c2graph make test"]
+    assert "docker build -t c2graph -f Containerfile ." in commands
+    assert f"http://127.0.0.1:{port}/lab?token=" in section
+
+
+def test_the_image_leaves_out_this_machines_venv_and_caches():
+    ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert {".venv", ".git", "**/__pycache__", "student"} <= ignored
