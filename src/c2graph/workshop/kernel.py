@@ -8,14 +8,17 @@ returns with the torch path's :func:`~c2graph.compressor.torch_path.gate`.
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 import triton
 import triton.language as tl
 from matplotlib.figure import Figure
 
-from .._runtime import DEFAULT_DEVICE
+from .._runtime import DEFAULT_DEVICE, INTERPRET
 from ..compressor.pools import POISON
 from ..compressor.torch_path import gate as torch_gate
+from . import puzzles
 from .check import CheckResult, run_check
 
 ROWS, D = 16, 32
@@ -112,3 +115,268 @@ def check_gate(fn, seed: int = 0) -> CheckResult:
         return results
 
     return run_check("gate (a @triton.jit stage)", cases, figure=lambda: _picture(*failed[0]) if failed else None)
+
+
+# --------------------------------------------------------------------------------------------
+# The puzzles: the fused kernel's pieces, one at a time (batches and answers in .puzzles)
+# --------------------------------------------------------------------------------------------
+
+BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
+"""The puzzles' sizes: rows a program, lanes of request slots, and the row sum's ``[16, 32]`` tile."""
+INT_POISON = int(POISON)
+
+
+def _kernel_problem(fn, params: list[str]) -> str | None:
+    """What keeps the check from launching ``fn`` (a stub raises ``NotImplementedError``), or ``None``."""
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", repr(fn))
+    if not isinstance(fn, triton.runtime.jit.KernelInterface):
+        return f"{name} is not a Triton function: decorate it with @triton.jit"
+    try:
+        src = getattr(fn, "src", None) or inspect.getsource(fn.fn)
+    except (OSError, TypeError):
+        src = ""
+    if "raise NotImplementedError" in src:  # a student copy's stub: compiled, a raise does not compile
+        raise NotImplementedError(f"{name} still raises NotImplementedError")
+    names = list(inspect.signature(fn.fn).parameters)
+    if names != params:
+        return f"{name} takes ({', '.join(names)}); the check launches it with ({', '.join(params)}): keep the signature"
+    return None
+
+
+def _launch(kernel, grid, *args, **kwargs) -> None:
+    """Launch ``kernel``; a stub's ``NotImplementedError`` comes out as itself, a ``static_assert`` as its message."""
+    try:
+        kernel[grid](*args, **kwargs)
+    except Exception as e:
+        cause = e
+        while cause is not None and not isinstance(cause, NotImplementedError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is not None or "NotImplementedError" in str(e):
+            raise NotImplementedError(*(cause.args if cause is not None else ())) from e
+        said = next((line for line in str(e).splitlines() if "must return" in line), None)
+        if said:
+            raise ValueError(said[said.index("row_sum must"):].rstrip("')\""))
+        raise
+
+
+def _dev(t: torch.Tensor) -> torch.Tensor:
+    return t.to(DEFAULT_DEVICE)
+
+
+def _span(p: puzzles.Puzzle, slot: int) -> str:
+    rows = p.batch.row_ranges()[slot]
+    return f"rows {rows.start} to {rows.stop - 1}" if len(rows) > 1 else f"row {rows.start} only"
+
+
+# --- puzzle 1 ---------------------------------------------------------------------------------------
+
+ROW_SLOTS = ["offsets_ptr", "slot_ptr", "num_rows", "request_slots", "BLOCK", "S_PAD"]
+
+
+def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int) -> str:
+    S = p.request_slots
+    starts, counts = p.offsets().tolist()
+    if got == INT_POISON:
+        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // BLOCK}'s"
+    if got >= S or got < -1:
+        return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
+                "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
+                "mask=s < request_slots (other=0: start 0, count 0, an empty range)")
+    said = f"row {r} is a padding row (in no request slot)" if want < 0 else f"row {r} lies in request slot {want} ({_span(p, want)})"
+    hint = ""
+    if got >= 0 and r == starts[got] + counts[got]:
+        hint = (f": row {r} is slot {got}'s start + count ({starts[got]} + {counts[got]}), one past its last row; "
+                "a row lies in slot s when start <= row < start + count")
+    return f"{said} but slot[{r}] = {got}{hint}"
+
+
+def _first_mistake(wrong: list[int], got: list[int], S: int) -> int:
+    """The wrong row to report: never written first, then a real slot wrongly given, then the rest."""
+    for keep in (lambda g: g == INT_POISON, lambda g: -1 <= g < S, lambda g: True):
+        found = [r for r in wrong if keep(got[r])]
+        if found:
+            return found[0]
+    raise ValueError("wrong: expected at least one row")
+
+
+def check_row_slots(fn, seed: int = 0) -> CheckResult:
+    """Puzzle 1: ``fn`` writes each row's request slot, read from the extend offsets (-1: padding).
+
+    Launched as ``fn[(cdiv(num_rows, BLOCK),)](offsets, slot, num_rows, request_slots, BLOCK=8,
+    S_PAD=8)`` on three batches; the offsets sit in a buffer whose next elements hold 1000, the
+    output in one with ``BLOCK`` poisoned elements past its end. Says which row, never written
+    or written wrong, and why.
+    """
+    def cases():
+        problem = _kernel_problem(fn, ROW_SLOTS)
+        if problem:
+            return [(False, problem)]
+        results = []
+        for p in puzzles.puzzles(seed):
+            S, T = p.request_slots, p.num_rows
+            offsets = torch.full((2 * S + S_PAD,), 1000, dtype=torch.int32)
+            offsets[:2 * S] = p.offsets().flatten()
+            out = _dev(torch.full((T + BLOCK,), INT_POISON, dtype=torch.int32))
+            _launch(fn, (triton.cdiv(T, BLOCK),), _dev(offsets), out, T, S, BLOCK=BLOCK, S_PAD=S_PAD)
+            got, want = out.cpu().tolist(), p.slots().tolist()
+            wrong = [r for r in range(T) if got[r] != want[r]]
+            past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
+            if wrong:
+                r = _first_mistake(wrong, got, S)
+                results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong, e.g. "
+                                       f"{_slot_mistake(p, r, got[r], want[r])}"))
+            elif past:
+                results.append((False, f"{p.what}: slot[{past[0]}] was written, past the last row ({T} rows): "
+                                       "mask the store with rows < num_rows"))
+            else:
+                results.append((True, f"{p.what}: all {T} rows right, nothing written past them"))
+        return results
+
+    return run_check("row_slots (puzzle 1)", cases)
+
+
+# --- puzzle 2 ---------------------------------------------------------------------------------------
+
+PARTNERS = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "first_ptr", "group_ptr", "out_ptr", "num_rows", "D", "RING", "BLOCK"]
+_BEFORE, _AFTER, _PAST_RING = 1000.0, 2000.0, 3000.0
+
+
+def _source_of(row: torch.Tensor, ring_rows: int) -> str:
+    """Which row of the check's inputs ``row`` (``[D]``) is a copy of, from its first value."""
+    first, cols = float(row[0]), torch.arange(row.shape[0]) / 64
+    for base, what in ((_BEFORE, "the row before x (row -1)"), (_AFTER, "a row past the end of x"),
+                       (_PAST_RING, "a row past the end of the ring")):
+        if torch.equal(row, base + cols):
+            return what
+    if first >= 1 and first == int(first) and torch.equal(row, first + cols):
+        return f"x row {int(first) - 1}"
+    if first <= -1 and -first == int(-first) and torch.equal(row, first - cols) and -first <= ring_rows:
+        return f"ring row {int(-first) - 1}"
+    return "values that are no row of x or of the ring"
+
+
+def _partner_mistake(p: puzzles.Puzzle, r: int, got: torch.Tensor, want) -> str:
+    pos, req = int(p.batch.pos[r]), int(p.batch.req[r])
+    rows = puzzles.POOL_REQUESTS * puzzles.RING
+    if want is None:
+        why = "a padding row" if int(p.batch.raw_out_loc[r]) == 0 else f"pos {pos} is even"
+        return (f"row {r} completes no group ({why}) but out[{r}] was written ({_source_of(got, rows)}): "
+                "mask the store with the group rows")
+    expected = f"x row {want[1]}" if want[0] == "row" else f"ring row {want[1]}"
+    if bool((got == POISON).all()):
+        return f"row {r} (pos {pos}, a group row): out[{r}] was never written (still the poison {POISON:g}); expected {expected}"
+    found = _source_of(got, rows)
+    hint = ""
+    if want[0] == "ring":
+        hint = (f": row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, at "
+                f"req * RING + (pos - 1) % RING = {req} * {puzzles.RING} + {(pos - 1) % puzzles.RING}")
+        if found == f"ring row {req * puzzles.RING + pos % puzzles.RING}" and want[1] != req * puzzles.RING + pos % puzzles.RING:
+            hint += " (you used pos % RING: that is where this row itself would be parked)"
+    elif found.startswith("ring"):
+        hint = f": row {r} is not the first row of its request, so its partner is the previous row of x"
+    return f"row {r} (pos {pos}, req {req}): out[{r}] holds {found}; expected {expected}{hint}"
+
+
+def check_partners(fn, seed: int = 0) -> CheckResult:
+    """Puzzle 2: ``fn`` copies each group row's partner row into ``out``, and writes no other row.
+
+    Launched as ``fn[(cdiv(num_rows, BLOCK),)](x, ring, pos, req, first, group, out, num_rows,
+    D=16, RING=2, BLOCK=8)``. Every row of ``x`` and of the ring holds values that say which row
+    it is, so a wrong row is named: which one was copied, and which was expected. Rows before and
+    after ``x`` and past the ring are guards that name a read out of bounds; ``out`` is poisoned.
+    """
+    def cases():
+        problem = _kernel_problem(fn, PARTNERS)
+        if problem:
+            return [(False, problem)]
+        results = []
+        D, R, cols = puzzles.D, puzzles.POOL_REQUESTS * puzzles.RING, torch.arange(puzzles.D) / 64
+        for p in puzzles.puzzles(seed):
+            T = p.num_rows
+            x = torch.cat([(_BEFORE + cols)[None], torch.arange(1, T + 1.0)[:, None] + cols, (_AFTER + cols)[None]])
+            ring = torch.cat([-torch.arange(1, R + 1.0)[:, None] - cols, (_PAST_RING + cols)[None]])
+            tail = torch.ones(BLOCK, dtype=torch.int64)  # past the last row: odd pos, a group, as if real
+            meta = [torch.cat([p.batch.pos, tail]), torch.cat([p.batch.req, 0 * tail]),
+                    torch.cat([p.first(), 0 * tail.bool()]), torch.cat([p.group(), tail.bool()])]
+            out = _dev(torch.full((T + BLOCK, D), POISON))
+            x, ring = _dev(x), _dev(ring)
+            _launch(fn, (triton.cdiv(T, BLOCK),), x[1:], ring, *map(_dev, meta), out, T, D=D, RING=puzzles.RING, BLOCK=BLOCK)
+            got = out.cpu()
+            want = p.partner_source()
+            expect = [None if w is None else (x if w[0] == "row" else ring).cpu()[w[1] + (w[0] == "row")] for w in want]
+            wrong = [r for r in range(T) if (expect[r] is None and not bool((got[r] == POISON).all()))
+                     or (expect[r] is not None and not torch.equal(got[r], expect[r]))]
+            past = [i for i in range(T, T + BLOCK) if not bool((got[i] == POISON).all())]
+            if wrong:
+                results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
+                                       f"{_partner_mistake(p, wrong[0], got[wrong[0]], want[wrong[0]])}"))
+            elif past:
+                results.append((False, f"{p.what}: out[{past[0]}] was written, past the last row ({T} rows): "
+                                       "mask the loads and the store with rows < num_rows"))
+            else:
+                n = sum(w is not None for w in want)
+                results.append((True, f"{p.what}: the {n} group rows' partners right, the other {T - n} rows untouched"))
+        return results
+
+    return run_check("gather_partners (puzzle 2)", cases)
+
+
+# --- puzzle 3 ---------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _row_sum_harness(x_ptr, out_ptr, ROWS: tl.constexpr, LOG2_N: tl.constexpr, ROW_SUM: tl.constexpr):
+    # One program: load a [ROWS, 2**LOG2_N] fp32 tile, call the reader's row_sum, store its [ROWS] tile.
+    rows = tl.arange(0, ROWS)
+    s = ROW_SUM(tl.load(x_ptr + rows[:, None] * (1 << LOG2_N) + tl.arange(0, 1 << LOG2_N)[None, :]), LOG2_N)
+    tl.static_assert(len(s.shape) == 1, "row_sum must return one value a row: a [rows] tile (use tl.reshape)")
+    tl.static_assert(s.dtype == tl.float32, "row_sum must return fp32, as its tile is")
+    tl.store(out_ptr + rows, s)
+
+
+def check_row_sum(fn, seed: int = 0) -> CheckResult:
+    """Puzzle 3: ``fn(x, LOG2_N)`` sums each row of ``x`` (``[16, 32]`` fp32) neighbours first, to the bit.
+
+    Compares with the same order in torch; a sum in another order is named when it is one of
+    the usual ones (column after column; column ``c`` plus ``c + N/2``), or told to be
+    ``tl.sum``'s kind. Compiled on a GPU, also runs it with 1, 4 and 8 warps.
+    """
+    def cases():
+        if not isinstance(fn, triton.runtime.jit.KernelInterface):
+            return [(False, f"{getattr(fn, '__name__', fn)!s} is not a Triton function: decorate it with @triton.jit")]
+        _kernel_problem(fn, list(inspect.signature(fn.fn).parameters))  # a stub raises NotImplementedError
+        x = puzzles.sum_rows(seed, SUM_ROWS, 1 << LOG2_N)
+        want = puzzles.halving_sum(x)
+        outs = {}
+        for warps in ((None,) if INTERPRET else (1, 4, 8)):
+            out = _dev(torch.full((SUM_ROWS,), POISON))
+            options = {} if warps is None else {"num_warps": warps}
+            try:
+                _launch(_row_sum_harness, (1,), _dev(x), out, ROWS=SUM_ROWS, LOG2_N=LOG2_N, ROW_SUM=fn, **options)
+            except ValueError as e:
+                return [(False, str(e))]
+            outs[warps] = out.cpu()
+        got = next(iter(outs.values()))
+        results = []
+        if torch.equal(got, want):
+            results.append((True, f"all {SUM_ROWS} rows of 32 values: the fixed order's sum, to the bit"))
+        else:
+            r = int((got != want).nonzero()[0])
+            exact = float(x[r].double().sum())
+            line = f"row {r}: got {float(got[r])!r}, neighbours first gives {float(want[r])!r}"
+            if torch.equal(got, puzzles.sequential_sum(x)):
+                why = "you added the columns one after another, ((x0 + x1) + x2) + ...: add neighbours in pairs, then pairs of pairs"
+            elif torch.equal(got, puzzles.halves_sum(x)):
+                why = "you added column c to column c + N/2 (the two halves): split neighbours (2c, 2c + 1) instead"
+            elif abs(float(got[r]) - exact) > 1e-3 * float(x[r].abs().sum()):
+                why = f"that is not the row's sum at all (about {exact:.6g}): sum over axis 1, every column once"
+            else:
+                why = ("the right sum in another order of adds (tl.sum adds in the order its threads hold the values, "
+                       "which changes with num_warps): reshape to [rows, N/2, 2], tl.split, add, LOG2_N times")
+            results.append((False, f"{int((got != want).sum())} of {SUM_ROWS} rows differ in their last bits; first: {line}: {why}"))
+        for warps, out in outs.items():
+            if not torch.equal(out, got):
+                results.append((False, f"with num_warps={warps} the sums differ from num_warps=1: the order is not fixed"))
+        return results
+
+    return run_check("row_sum (puzzle 3)", cases)

@@ -1,0 +1,233 @@
+"""Notebook 02's Triton puzzles: each check passes the notebook's solution, reports the student
+copy's stub as not written yet, and names the mistake of each plausible wrong answer.
+
+The wrong answers are written here as the reader would write them, each a small change of the
+solution; each check must say what was wrong (which row, never written or written wrong, why).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import c2graph  # noqa: F401  (first: without CUDA it sets TRITON_INTERPRET=1 before Triton is imported)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from c2graph.workshop import kernel as wk
+from c2graph.workshop import puzzles
+from c2graph.workshop.student import stub_source
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_the_fused_kernel.ipynb"
+
+
+# --- puzzle 1: the rows a request owns ----------------------------------------------------------------
+
+
+@triton.jit
+def row_slots(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+@triton.jit
+def row_slots_unmasked_offsets(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    starts = tl.load(offsets_ptr + s)
+    ends = starts + tl.load(offsets_ptr + request_slots + s)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+@triton.jit
+def row_slots_end_included(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] <= ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+@triton.jit
+def row_slots_store_unmasked(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1))
+
+
+@triton.jit
+def row_slots_first_block_only(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.arange(0, BLOCK)  # program_id forgotten: every program writes rows 0 to BLOCK - 1
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+# --- puzzle 2: a masked gather of partner rows ----------------------------------------------------------
+
+
+@triton.jit
+def gather_partners(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                    D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
+    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
+    pos = tl.load(pos_ptr + rows, mask=group, other=1)
+    req = tl.load(req_ptr + rows, mask=group, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+@triton.jit
+def partners_ring_at_pos(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                         D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
+    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
+    pos = tl.load(pos_ptr + rows, mask=group, other=1)
+    req = tl.load(req_ptr + rows, mask=group, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + pos % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+@triton.jit
+def partners_always_previous(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                             D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    prev = tl.load(x_ptr + (rows - 1)[:, None] * D + cols[None, :], mask=m)
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], prev, mask=m)
+
+
+@triton.jit
+def partners_every_row(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                       D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
+    pos = tl.load(pos_ptr + rows, mask=inside, other=1)
+    req = tl.load(req_ptr + rows, mask=inside, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = inside[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+@triton.jit
+def partners_unmasked_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                           D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    group = tl.load(group_ptr + rows) != 0
+    first = tl.load(first_ptr + rows) != 0
+    pos = tl.load(pos_ptr + rows, mask=group, other=1)
+    req = tl.load(req_ptr + rows, mask=group, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+# --- puzzle 3: a row sum in a fixed order -----------------------------------------------------------------
+
+
+@triton.jit
+def row_sum(x, LOG2_N: tl.constexpr):
+    for _ in tl.static_range(LOG2_N):
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
+def row_sum_tl_sum(x, LOG2_N: tl.constexpr):
+    return tl.sum(x, axis=1)
+
+
+@triton.jit
+def row_sum_halves(x, LOG2_N: tl.constexpr):
+    for _ in tl.static_range(LOG2_N):
+        first, second = tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
+        x = first + second
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
+def row_sum_one_by_one(x, LOG2_N: tl.constexpr):
+    cols = tl.arange(0, 1 << LOG2_N)
+    total = tl.sum(tl.where(cols[None, :] == 0, x, 0.0), axis=1)
+    for c in tl.static_range(1, 1 << LOG2_N):
+        total = total + tl.sum(tl.where(cols[None, :] == c, x, 0.0), axis=1)
+    return total
+
+
+@triton.jit
+def row_sum_not_reshaped(x, LOG2_N: tl.constexpr):
+    for _ in tl.static_range(LOG2_N):
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return x
+
+
+@triton.jit
+def row_sum_wrong_axis(x, LOG2_N: tl.constexpr):
+    return tl.sum(tl.reshape(tl.trans(x), (x.shape[0], x.shape[1])), axis=1)
+
+
+SOLUTIONS = [(wk.check_row_slots, row_slots), (wk.check_partners, gather_partners), (wk.check_row_sum, row_sum)]
+
+WRONG = [
+    (wk.check_row_slots, row_slots_unmasked_offsets, "mask=s < request_slots"),
+    (wk.check_row_slots, row_slots_end_included, "one past its last row"),
+    (wk.check_row_slots, row_slots_store_unmasked, "past the last row"),
+    (wk.check_row_slots, row_slots_first_block_only, "never written"),
+    (wk.check_partners, partners_ring_at_pos, "you used pos % RING"),
+    (wk.check_partners, partners_always_previous, "its partner (pos"),
+    (wk.check_partners, partners_every_row, "completes no group"),
+    (wk.check_partners, partners_unmasked_rows, "past the last row"),
+    (wk.check_row_sum, row_sum_tl_sum, "another order of adds"),
+    (wk.check_row_sum, row_sum_halves, "the two halves"),
+    (wk.check_row_sum, row_sum_one_by_one, "one after another"),
+    (wk.check_row_sum, row_sum_not_reshaped, "a [rows] tile"),
+    (wk.check_row_sum, row_sum_wrong_axis, "not the row's sum"),
+]
+
+
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=[s.fn.__name__ for _, s in SOLUTIONS])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_check_passes_the_solution(check, solution, seed):
+    result = check(solution, seed=seed)
+    assert result.ok, str(result)
+
+
+@pytest.mark.parametrize("check, wrong, says", WRONG, ids=[w.fn.__name__ for _, w, _ in WRONG])
+def test_check_names_the_mistake_of_a_wrong_answer(check, wrong, says):
+    result = check(wrong, seed=1)
+    assert not result.ok
+    assert says in str(result), str(result)
