@@ -200,7 +200,103 @@ def row_sum_wrong_axis(x, LOG2_N: tl.constexpr):
     return tl.sum(tl.reshape(tl.trans(x), (x.shape[0], x.shape[1])), axis=1)
 
 
-SOLUTIONS = [(wk.check_row_slots, row_slots), (wk.check_partners, gather_partners), (wk.check_row_sum, row_sum)]
+# --- puzzle 4: the park loop with run-time bounds -----------------------------------------------------
+
+
+@triton.jit
+def park(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+         D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_every_request(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                       D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(0, request_slots):  # every program parks every request
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_without_min(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                     D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        src = start + count - RING + j  # a request of one row parks the row before it too
+        ok = j < RING
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_first_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                    D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        src = start + j  # the request's first rows, not its last
+        ok = j < tl.minimum(count, RING)
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_unmasked_first_pairs(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                              D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    first_pair = tl.load(first_pair_ptr + tl.arange(0, S_PAD))  # reads S_PAD - request_slots values past the table
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+SOLUTIONS = [(wk.check_row_slots, row_slots), (wk.check_partners, gather_partners), (wk.check_row_sum, row_sum),
+             (wk.check_park, park)]
 
 WRONG = [
     (wk.check_row_slots, row_slots_unmasked_offsets, "mask=s < request_slots"),
@@ -216,6 +312,10 @@ WRONG = [
     (wk.check_row_sum, row_sum_one_by_one, "one after another"),
     (wk.check_row_sum, row_sum_not_reshaped, "a [rows] tile"),
     (wk.check_row_sum, row_sum_wrong_axis, "not the row's sum"),
+    (wk.check_park, park_every_request, "parked by one program only"),
+    (wk.check_park, park_without_min, "n_park = min(count, RING)"),
+    (wk.check_park, park_first_rows, "is not one of its last"),
+    (wk.check_park, park_unmasked_first_pairs, "parked by one program only"),
 ]
 
 

@@ -123,7 +123,7 @@ def check_gate(fn, seed: int = 0) -> CheckResult:
 
 BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
 """The puzzles' sizes: rows a program, lanes of request slots, and the row sum's ``[16, 32]`` tile."""
-INT_POISON = int(POISON)
+INT_POISON = puzzles.INT_POISON
 
 
 def _kernel_problem(fn, params: list[str]) -> str | None:
@@ -155,7 +155,7 @@ def _launch(kernel, grid, *args, **kwargs) -> None:
             raise NotImplementedError(*(cause.args if cause is not None else ())) from e
         said = next((line for line in str(e).splitlines() if "must return" in line), None)
         if said:
-            raise ValueError(said[said.index("row_sum must"):].rstrip("')\""))
+            raise ValueError(said[said.index("row_sum must"):].rstrip("')\"."))
         raise
 
 
@@ -163,40 +163,9 @@ def _dev(t: torch.Tensor) -> torch.Tensor:
     return t.to(DEFAULT_DEVICE)
 
 
-def _span(p: puzzles.Puzzle, slot: int) -> str:
-    rows = p.batch.row_ranges()[slot]
-    return f"rows {rows.start} to {rows.stop - 1}" if len(rows) > 1 else f"row {rows.start} only"
-
-
 # --- puzzle 1 ---------------------------------------------------------------------------------------
 
 ROW_SLOTS = ["offsets_ptr", "slot_ptr", "num_rows", "request_slots", "BLOCK", "S_PAD"]
-
-
-def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int) -> str:
-    S = p.request_slots
-    starts, counts = p.offsets().tolist()
-    if got == INT_POISON:
-        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // BLOCK}'s"
-    if got >= S or got < -1:
-        return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
-                "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
-                "mask=s < request_slots (other=0: start 0, count 0, an empty range)")
-    said = f"row {r} is a padding row (in no request slot)" if want < 0 else f"row {r} lies in request slot {want} ({_span(p, want)})"
-    hint = ""
-    if got >= 0 and r == starts[got] + counts[got]:
-        hint = (f": row {r} is slot {got}'s start + count ({starts[got]} + {counts[got]}), one past its last row; "
-                "a row lies in slot s when start <= row < start + count")
-    return f"{said} but slot[{r}] = {got}{hint}"
-
-
-def _first_mistake(wrong: list[int], got: list[int], S: int) -> int:
-    """The wrong row to report: never written first, then a real slot wrongly given, then the rest."""
-    for keep in (lambda g: g == INT_POISON, lambda g: -1 <= g < S, lambda g: True):
-        found = [r for r in wrong if keep(got[r])]
-        if found:
-            return found[0]
-    raise ValueError("wrong: expected at least one row")
 
 
 def check_row_slots(fn, seed: int = 0) -> CheckResult:
@@ -222,9 +191,9 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
             wrong = [r for r in range(T) if got[r] != want[r]]
             past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
             if wrong:
-                r = _first_mistake(wrong, got, S)
-                results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong, e.g. "
-                                       f"{_slot_mistake(p, r, got[r], want[r])}"))
+                r = puzzles.first_mistake(wrong, got, S)
+                results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
+                                       f"{puzzles.slot_mistake(p, r, got[r], want[r], BLOCK)}"))
             elif past:
                 results.append((False, f"{p.what}: slot[{past[0]}] was written, past the last row ({T} rows): "
                                        "mask the store with rows < num_rows"))
@@ -238,43 +207,6 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
 # --- puzzle 2 ---------------------------------------------------------------------------------------
 
 PARTNERS = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "first_ptr", "group_ptr", "out_ptr", "num_rows", "D", "RING", "BLOCK"]
-_BEFORE, _AFTER, _PAST_RING = 1000.0, 2000.0, 3000.0
-
-
-def _source_of(row: torch.Tensor, ring_rows: int) -> str:
-    """Which row of the check's inputs ``row`` (``[D]``) is a copy of, from its first value."""
-    first, cols = float(row[0]), torch.arange(row.shape[0]) / 64
-    for base, what in ((_BEFORE, "the row before x (row -1)"), (_AFTER, "a row past the end of x"),
-                       (_PAST_RING, "a row past the end of the ring")):
-        if torch.equal(row, base + cols):
-            return what
-    if first >= 1 and first == int(first) and torch.equal(row, first + cols):
-        return f"x row {int(first) - 1}"
-    if first <= -1 and -first == int(-first) and torch.equal(row, first - cols) and -first <= ring_rows:
-        return f"ring row {int(-first) - 1}"
-    return "values that are no row of x or of the ring"
-
-
-def _partner_mistake(p: puzzles.Puzzle, r: int, got: torch.Tensor, want) -> str:
-    pos, req = int(p.batch.pos[r]), int(p.batch.req[r])
-    rows = puzzles.POOL_REQUESTS * puzzles.RING
-    if want is None:
-        why = "a padding row" if int(p.batch.raw_out_loc[r]) == 0 else f"pos {pos} is even"
-        return (f"row {r} completes no group ({why}) but out[{r}] was written ({_source_of(got, rows)}): "
-                "mask the store with the group rows")
-    expected = f"x row {want[1]}" if want[0] == "row" else f"ring row {want[1]}"
-    if bool((got == POISON).all()):
-        return f"row {r} (pos {pos}, a group row): out[{r}] was never written (still the poison {POISON:g}); expected {expected}"
-    found = _source_of(got, rows)
-    hint = ""
-    if want[0] == "ring":
-        hint = (f": row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, at "
-                f"req * RING + (pos - 1) % RING = {req} * {puzzles.RING} + {(pos - 1) % puzzles.RING}")
-        if found == f"ring row {req * puzzles.RING + pos % puzzles.RING}" and want[1] != req * puzzles.RING + pos % puzzles.RING:
-            hint += " (you used pos % RING: that is where this row itself would be parked)"
-    elif found.startswith("ring"):
-        hint = f": row {r} is not the first row of its request, so its partner is the previous row of x"
-    return f"row {r} (pos {pos}, req {req}): out[{r}] holds {found}; expected {expected}{hint}"
 
 
 def check_partners(fn, seed: int = 0) -> CheckResult:
@@ -290,26 +222,22 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
         if problem:
             return [(False, problem)]
         results = []
-        D, R, cols = puzzles.D, puzzles.POOL_REQUESTS * puzzles.RING, torch.arange(puzzles.D) / 64
         for p in puzzles.puzzles(seed):
-            T = p.num_rows
-            x = torch.cat([(_BEFORE + cols)[None], torch.arange(1, T + 1.0)[:, None] + cols, (_AFTER + cols)[None]])
-            ring = torch.cat([-torch.arange(1, R + 1.0)[:, None] - cols, (_PAST_RING + cols)[None]])
+            T, x, ring = p.num_rows, puzzles.named_x(p.num_rows), puzzles.named_ring()
             tail = torch.ones(BLOCK, dtype=torch.int64)  # past the last row: odd pos, a group, as if real
             meta = [torch.cat([p.batch.pos, tail]), torch.cat([p.batch.req, 0 * tail]),
                     torch.cat([p.first(), 0 * tail.bool()]), torch.cat([p.group(), tail.bool()])]
-            out = _dev(torch.full((T + BLOCK, D), POISON))
-            x, ring = _dev(x), _dev(ring)
-            _launch(fn, (triton.cdiv(T, BLOCK),), x[1:], ring, *map(_dev, meta), out, T, D=D, RING=puzzles.RING, BLOCK=BLOCK)
-            got = out.cpu()
-            want = p.partner_source()
-            expect = [None if w is None else (x if w[0] == "row" else ring).cpu()[w[1] + (w[0] == "row")] for w in want]
+            out = _dev(torch.full((T + BLOCK, puzzles.D), POISON))
+            _launch(fn, (triton.cdiv(T, BLOCK),), _dev(x)[1:], _dev(ring), *map(_dev, meta), out, T,
+                    D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK)
+            got, want = out.cpu(), p.partner_source()
+            expect = [None if w is None else x[w[1] + 1] if w[0] == "row" else ring[w[1]] for w in want]
             wrong = [r for r in range(T) if (expect[r] is None and not bool((got[r] == POISON).all()))
                      or (expect[r] is not None and not torch.equal(got[r], expect[r]))]
             past = [i for i in range(T, T + BLOCK) if not bool((got[i] == POISON).all())]
             if wrong:
                 results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                                       f"{_partner_mistake(p, wrong[0], got[wrong[0]], want[wrong[0]])}"))
+                                       f"{puzzles.partner_mistake(p, wrong[0], got[wrong[0]])}"))
             elif past:
                 results.append((False, f"{p.what}: out[{past[0]}] was written, past the last row ({T} rows): "
                                        "mask the loads and the store with rows < num_rows"))
@@ -329,7 +257,7 @@ def _row_sum_harness(x_ptr, out_ptr, ROWS: tl.constexpr, LOG2_N: tl.constexpr, R
     # One program: load a [ROWS, 2**LOG2_N] fp32 tile, call the reader's row_sum, store its [ROWS] tile.
     rows = tl.arange(0, ROWS)
     s = ROW_SUM(tl.load(x_ptr + rows[:, None] * (1 << LOG2_N) + tl.arange(0, 1 << LOG2_N)[None, :]), LOG2_N)
-    tl.static_assert(len(s.shape) == 1, "row_sum must return one value a row: a [rows] tile (use tl.reshape)")
+    tl.static_assert(len(s.shape) == 1, "row_sum must return one value a row, a [rows] tile: tl.reshape the last one")
     tl.static_assert(s.dtype == tl.float32, "row_sum must return fp32, as its tile is")
     tl.store(out_ptr + rows, s)
 
@@ -373,10 +301,63 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
             else:
                 why = ("the right sum in another order of adds (tl.sum adds in the order its threads hold the values, "
                        "which changes with num_warps): reshape to [rows, N/2, 2], tl.split, add, LOG2_N times")
-            results.append((False, f"{int((got != want).sum())} of {SUM_ROWS} rows differ in their last bits; first: {line}: {why}"))
+            results.append((False, f"{int((got != want).sum())} of {SUM_ROWS} rows differ from the fixed order's sum; first: {line}: {why}"))
         for warps, out in outs.items():
             if not torch.equal(out, got):
                 results.append((False, f"with num_warps={warps} the sums differ from num_warps=1: the order is not fixed"))
         return results
 
     return run_check("row_sum (puzzle 3)", cases)
+
+
+# --- puzzle 4 ---------------------------------------------------------------------------------------
+
+def _park_launch(fn, p: puzzles.Puzzle, programs: int) -> dict[int, str]:
+    """Launch ``programs`` programs of ``fn`` on a fresh poisoned ring; ``{ring row: what it holds}``
+    for every ring row written. ``x``, ``pos`` and ``req`` have a guard before them; the offsets and
+    the first pairs, ``S_PAD`` zeros after them."""
+    S, zero = p.request_slots, torch.zeros(1, dtype=torch.int64)
+    ring = _dev(torch.full((puzzles.POOL_REQUESTS * puzzles.RING + 1, puzzles.D), POISON))
+    tail = torch.zeros(S_PAD, dtype=torch.int32)
+    x, pos, req, offsets, first_pair = map(_dev, (puzzles.named_x(p.num_rows, after=False), torch.cat([zero, p.batch.pos]),
+                                                 torch.cat([zero, p.batch.req]), torch.cat([p.offsets().flatten(), tail]),
+                                                 torch.cat([p.first_pairs(), tail])))
+    _launch(fn, (programs,), x[1:], ring, pos[1:], req[1:], offsets, first_pair, S,
+            D=puzzles.D, RING=puzzles.RING, GROUPS=GROUPS, S_PAD=S_PAD)
+    ring = ring.cpu()
+    return {k: puzzles.source_of(ring[k]) for k in range(ring.shape[0]) if not bool((ring[k] == POISON).all())}
+
+
+PARK = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "offsets_ptr", "first_pair_ptr", "request_slots", "D", "RING",
+        "GROUPS", "S_PAD"]
+GROUPS = 4
+"""Pairs of rows a program in puzzle 4 (the kernel's is 8 or 16)."""
+
+
+def check_park(fn, seed: int = 0) -> CheckResult:
+    """Puzzle 4: program ``b`` parks the requests whose first pair is one of its ``GROUPS`` pairs.
+
+    Launched as ``fn[(programs,)](x, ring, pos, req, offsets, first_pair, request_slots, D=16,
+    RING=2, GROUPS=4, S_PAD=8)``, first with only program 0, then programs 0 and 1, and so on, each
+    on a fresh poisoned ring: so a program that parks another program's request is caught, even
+    when the whole grid's ring would look right. Says which ring row, never written or written
+    wrong, and which row it holds.
+    """
+    def cases():
+        problem = _kernel_problem(fn, PARK)
+        if problem:
+            return [(False, problem)]
+        results = []
+        for p in puzzles.puzzles(seed):
+            programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS)  # enough for any batch's pairs
+            for b in range(programs):
+                why = puzzles.park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS)
+                if why:
+                    results.append((False, f"{p.what}: with {'only program 0' if b == 0 else f'programs 0 to {b}'} of {programs} launched, {why}"))
+                    break
+            else:
+                results.append((True, f"{p.what}: the {len(p.parked())} parked ring rows right, each written by "
+                                      "its request's program alone, no other ring row"))
+        return results
+
+    return run_check("park (puzzle 4)", cases)

@@ -25,6 +25,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..compressor.batch import ExtendBatch
 from ..compressor.config import Config
+from ..compressor.pools import POISON
 from ..compressor.req_to_token import ReqToTokenPool
 from ..pictures.style import EDGE, FONT, MIN_FONT, MUTED, PADDING_COLOUR, TITLE_FONT, figure_width, legend_below, request_colour, text_colour
 
@@ -114,6 +115,124 @@ def puzzles(seed: int) -> list[Puzzle]:
         Puzzle(f"a random batch (seed {seed}: {n} requests, {n + 1} request slots)",
                ExtendBatch.build(rand, alloc, request_slots=n + 1, pad_to=live + int(torch.randint(0, 4, (1,), generator=g)), device="cpu")),
     ]
+
+
+# --- what a wrong answer holds, in words -----------------------------------------------------------
+
+INT_POISON = int(POISON)
+BEFORE, AFTER, PAST_RING = 1000.0, 2000.0, 3000.0
+"""Guard rows: before ``x``, after it, past the ring. A copy of one names a read out of bounds."""
+
+
+def named_x(rows: int, after: bool = True) -> torch.Tensor:
+    """``[1 + rows (+ 1), D]`` fp32: a guard row, then x row ``r`` holding ``r + 1 + c / 64`` (a value
+    that names its row), then a guard row past the end. Pass ``x[1:]`` to the kernel."""
+    cols = torch.arange(D) / 64
+    parts = [(BEFORE + cols)[None], torch.arange(1, rows + 1.0)[:, None] + cols] + ([(AFTER + cols)[None]] if after else [])
+    return torch.cat(parts)
+
+
+def named_ring() -> torch.Tensor:
+    """``[POOL_REQUESTS * RING + 1, D]`` fp32: ring row ``k`` holds ``-(k + 1) - c / 64``; a guard row past it."""
+    cols = torch.arange(D) / 64
+    return torch.cat([-torch.arange(1, POOL_REQUESTS * RING + 1.0)[:, None] - cols, (PAST_RING + cols)[None]])
+
+
+def source_of(row: torch.Tensor) -> str:
+    """Which row of :func:`named_x` or :func:`named_ring` ``row`` (``[D]``) is a copy of."""
+    first, cols = float(row[0]), torch.arange(row.shape[0]) / 64
+    for base, what in ((BEFORE, "the row before x (row -1)"), (AFTER, "a row past the end of x"),
+                       (PAST_RING, "the row past the end of the ring")):
+        if torch.equal(row, base + cols):
+            return what
+    if first >= 1 and first == int(first) and torch.equal(row, first + cols):
+        return f"x row {int(first) - 1}"
+    if -POOL_REQUESTS * RING <= first <= -1 and first == int(first) and torch.equal(row, first - cols):
+        return f"ring row {int(-first) - 1}"
+    return "values that are no row of x or of the ring"
+
+
+def span(p: Puzzle, slot: int) -> str:
+    rows = p.batch.row_ranges()[slot]
+    return f"rows {rows.start} to {rows.stop - 1}" if len(rows) > 1 else f"row {rows.start} only"
+
+
+def slot_mistake(p: Puzzle, r: int, got: int, want: int, block: int) -> str:
+    """Puzzle 1: what is wrong with ``slot[r] = got`` where ``want`` was due."""
+    S = p.request_slots
+    starts, counts = p.offsets().tolist()
+    if got == INT_POISON:
+        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // block}'s"
+    if got >= S or got < -1:
+        return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
+                "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
+                "mask=s < request_slots (other=0: start 0, count 0, an empty range)")
+    said = f"row {r} is a padding row (in no request slot)" if want < 0 else f"row {r} lies in request slot {want} ({span(p, want)})"
+    hint = ""
+    if got >= 0 and r == starts[got] + counts[got]:
+        hint = (f": row {r} is slot {got}'s start + count ({starts[got]} + {counts[got]}), one past its last row; "
+                "a row lies in slot s when start <= row < start + count")
+    return f"{said} but slot[{r}] = {got}{hint}"
+
+
+def first_mistake(wrong: list[int], got: list[int], request_slots: int) -> int:
+    """Puzzle 1: the wrong row to report: one never written, else a real slot wrongly given, else the first."""
+    for keep in (lambda g: g == INT_POISON, lambda g: -1 <= g < request_slots):
+        found = [r for r in wrong if keep(got[r])]
+        if found:
+            return found[0]
+    return wrong[0]
+
+
+def partner_mistake(p: Puzzle, r: int, got: torch.Tensor) -> str:
+    """Puzzle 2: what is wrong with ``out[r] = got``."""
+    pos, req = int(p.batch.pos[r]), int(p.batch.req[r])
+    want = p.partner_source()[r]
+    if want is None:
+        why = "a padding row" if int(p.batch.raw_out_loc[r]) == 0 else f"pos {pos} is even"
+        return f"row {r} completes no group ({why}) but out[{r}] was written ({source_of(got)}): mask the store with the group rows"
+    expected = f"x row {want[1]}" if want[0] == "row" else f"ring row {want[1]}"
+    if bool((got == POISON).all()):
+        return f"row {r} (pos {pos}, a group row): out[{r}] was never written (still the poison {POISON:g}); expected {expected}"
+    found, hint = source_of(got), ""
+    if want[0] == "ring":
+        hint = (f": row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, at "
+                f"req * RING + (pos - 1) % RING = {req} * {RING} + {(pos - 1) % RING}")
+        if found == f"ring row {req * RING + pos % RING}":
+            hint += " (you used pos % RING: that is where this row itself would be parked)"
+    elif found.startswith("ring"):
+        hint = f": row {r} is not the first row of its request, so its partner is the previous row of x"
+    return f"row {r} (pos {pos}, req {req}): out[{r}] holds {found}; expected {expected}{hint}"
+
+
+def park_mistake(p: Puzzle, got: dict[int, str], programs: int, groups: int) -> str | None:
+    """Puzzle 4: what is wrong with the ring rows ``got`` (``{ring row: what it holds}``) after
+    programs ``0 .. programs - 1`` ran, each parking its own requests; ``None`` when nothing is."""
+    fp, parked = p.first_pairs().tolist(), p.parked()
+    owner = {k: fp[int(p.slots()[r])] // groups for k, r in parked.items()}
+    for k in sorted(set(got) | {k for k in parked if owner[k] < programs}):
+        g, w = got.get(k), (f"x row {parked[k]}" if k in parked else None)
+        if g == w and owner[k] < programs:
+            continue
+        if g == w:
+            slot = int(p.slots()[parked[k]])
+            return (f"ring row {k} was written, but request slot {slot}'s first pair is pair {fp[slot]}, program "
+                    f"{owner[k]}'s: each request is parked by one program only; loop over the slots [lo, hi) whose "
+                    "first pair lies in your block, counted over the request_slots real lanes only")
+        if w is None:
+            return f"ring row {k} should not be written (no request parks a row there) but holds {g}"
+        slot = int(p.slots()[parked[k]])
+        said = f"ring row {k} should hold {w}, one of the last rows of request slot {slot} ({span(p, slot)})"
+        if g is None:
+            return f"{said}, but was never written (still the poison {POISON:g})"
+        rows, hint = p.batch.row_ranges()[slot], ""
+        n = int(g.split()[-1]) if g.startswith("x row") else None
+        if n is not None and n in rows:
+            hint = f": x row {n} is not one of its last {RING} rows; they start at start + count - min(count, RING)"
+        elif "before x" in g or (n is not None and n < rows.start):
+            hint = ": a request of fewer than RING rows parks only its own: n_park = min(count, RING)"
+        return f"{said}, but holds {g}{hint}"
+    return None
 
 
 # --- puzzle 3: the fixed order and the orders it is not -----------------------------------------
