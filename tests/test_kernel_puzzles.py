@@ -7,11 +7,12 @@ solution; each check must say what was wrong (which row, never written or writte
 
 from __future__ import annotations
 
-import json
+import linecache
 from pathlib import Path
 
+import nbformat
 import pytest
-import torch
+from matplotlib.text import Text
 
 import c2graph  # noqa: F401  (first: without CUDA it sets TRITON_INTERPRET=1 before Triton is imported)
 import triton  # noqa: E402
@@ -19,7 +20,8 @@ import triton.language as tl  # noqa: E402
 
 from c2graph.workshop import kernel as wk
 from c2graph.workshop import puzzles
-from c2graph.workshop.student import stub_source
+from c2graph.pictures.style import MAX_WIDTH, MIN_FONT
+from c2graph.workshop.student import find_exercises, stub_source
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_the_fused_kernel.ipynb"
 
@@ -331,3 +333,67 @@ def test_check_names_the_mistake_of_a_wrong_answer(check, wrong, says):
     result = check(wrong, seed=1)
     assert not result.ok
     assert says in str(result), str(result)
+
+
+# --- the notebook's own cells: each solution passes its check, each stub fails it ----------------------
+
+
+def notebook_exercises() -> list[tuple[str, str]]:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    return [(nb.cells[e.solution].source, nb.cells[e.check].source) for e in find_exercises(nb, NOTEBOOK.name)]
+
+
+def run_cell(source: str) -> dict:
+    """Run a solution cell as the notebook does, its source kept where @triton.jit reads it back."""
+    ns: dict = {}
+    exec("import triton\nimport triton.language as tl\nfrom c2graph.workshop.kernel import *", ns)
+    name = f"<notebook-02-cell-{len(linecache.cache)}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+    exec(compile(source, name, "exec"), ns)
+    return ns
+
+
+def test_the_notebook_has_the_four_puzzles_in_order():
+    checks = [check for _, check in notebook_exercises()]
+    assert checks == ["check_row_slots(row_slots)", "check_partners(gather_partners)", "check_row_sum(row_sum)",
+                      "check_park(park)"]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_the_notebooks_solution_passes_and_its_student_stub_says_what_to_do(index):
+    solution, check = notebook_exercises()[index]
+    result = eval(check, run_cell(solution))
+    assert result.ok, str(result)
+    stub = eval(check, run_cell(stub_source(solution)))
+    assert not stub.ok and "not written yet" in str(stub) and "still raises NotImplementedError" in str(stub), str(stub)
+
+
+def test_a_function_that_is_no_triton_function_or_has_another_signature_is_named():
+    said = str(wk.check_row_slots(lambda *args: None))
+    assert "is not a Triton function: decorate it with @triton.jit" in said
+    said = str(wk.check_partners(row_slots))
+    assert "row_slots takes (offsets_ptr, slot_ptr" in said and "keep the signature" in said
+
+
+# --- the pictures of one program ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("draw", [
+    lambda p: puzzles.draw_rows_puzzle(p, program=2, block=8, s_pad=8),
+    lambda p: puzzles.draw_partners_puzzle(p, program=0, block=8),
+    lambda p: puzzles.draw_park_puzzle(p, program=1, groups=4),
+    lambda p: puzzles.draw_row_sum_puzzle(8),
+], ids=["rows", "partners", "park", "row_sum"])
+def test_the_pictures_keep_the_house_style(draw):
+    fig = draw(puzzles.puzzles(0)[0])
+    assert fig.get_figwidth() <= MAX_WIDTH and fig.axes
+    fig.canvas.draw()  # sizes are known once drawn
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text()]
+    assert sizes and min(sizes) >= MIN_FONT
+
+
+def test_the_park_picture_marks_what_the_program_parks():
+    p = puzzles.puzzles(0)[0]
+    mine = p.parked_by(0, 4)
+    assert mine == {0}  # request slot 0's first pair is pair 0; request slot 1's is pair 4, program 1's
+    assert {int(p.slots()[r]) for r in p.parked().values()} == set(range(4))

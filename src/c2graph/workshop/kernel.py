@@ -1,9 +1,17 @@
-"""The checks behind notebook 02's exercise: one stage of the fused kernel, written by the reader.
+"""The checks behind notebook 02's puzzles: four pieces of the fused kernel, written by the reader.
 
-:func:`check_gate` takes the reader's gate, a ``@triton.jit`` function
-``gate(kv_prev, score_prev, kv, score) -> pooled`` on ``[rows, D]`` fp32 tiles, runs it inside a
-one-program kernel (Triton's interpreter on a CPU, compiled on a GPU), and compares what it
-returns with the torch path's :func:`~c2graph.compressor.torch_path.gate`.
+Each check takes the reader's ``@triton.jit`` function, launches it (Triton's interpreter on a CPU,
+in well under a second; compiled on a GPU) on the batches of :func:`c2graph.workshop.puzzles.puzzles`,
+and compares what it wrote or returned with the answer computed in torch. It says pass, or which
+row (or ring row) is wrong, whether it was never written (still the poison) or written wrong, and
+the usual mistake behind it. It never raises for a wrong or unfinished function: a stub's
+``NotImplementedError`` is reported as "not written yet", a function that is not a Triton function
+or has another signature is named first.
+
+1. :func:`check_row_slots`: each row's request slot, from the extend offsets;
+2. :func:`check_partners`: each group row's partner, the previous row or a ring row;
+3. :func:`check_row_sum`: a row sum in one fixed order, to the bit;
+4. :func:`check_park`: the park loop, one program a request, with bounds read at run time.
 """
 
 from __future__ import annotations
@@ -13,113 +21,11 @@ import inspect
 import torch
 import triton
 import triton.language as tl
-from matplotlib.figure import Figure
 
 from .._runtime import DEFAULT_DEVICE, INTERPRET
 from ..compressor.pools import POISON
-from ..compressor.torch_path import gate as torch_gate
 from . import puzzles
 from .check import CheckResult, run_check
-
-ROWS, D = 16, 32
-"""The tile the check runs: 16 rows (``tl.dot``'s smallest, as in the kernel) of 32 channels."""
-TOLERANCE = 1e-5
-"""Relative and absolute: ``exp`` and division may differ in the last bits between numpy, the GPU and torch."""
-
-
-@triton.jit
-def _gate_harness(kv_prev_ptr, score_prev_ptr, kv_ptr, score_ptr, out_ptr,
-                  ROWS: tl.constexpr, D: tl.constexpr, GATE: tl.constexpr):
-    # One program: load four [ROWS, D] fp32 tiles (row-major), call the reader's gate, store its tile.
-    offs = tl.arange(0, ROWS)[:, None] * D + tl.arange(0, D)[None, :]
-    pooled = GATE(tl.load(kv_prev_ptr + offs), tl.load(score_prev_ptr + offs),
-                  tl.load(kv_ptr + offs), tl.load(score_ptr + offs))
-    tl.store(out_ptr + offs, pooled)
-
-
-def _run(fn, kv_prev, score_prev, kv, score) -> torch.Tensor:
-    out = torch.full_like(kv, POISON)
-    try:
-        _gate_harness[(1,)](kv_prev, score_prev, kv, score, out, ROWS=ROWS, D=D, GATE=fn)
-    except Exception as e:  # the interpreter and the compiler wrap the reader's own exception
-        cause = e
-        while cause is not None and not isinstance(cause, NotImplementedError):
-            cause = cause.__cause__ or cause.__context__
-        if cause is not None or "NotImplementedError" in str(e):  # compiled: only its text is left
-            raise NotImplementedError(*(cause.args if cause is not None else ())) from e
-        raise
-    return out
-
-
-def _cases(seed: int) -> list[tuple[str, tuple[torch.Tensor, ...]]]:
-    """``(what, (kv_prev, score_prev, kv, score))``: fresh random tiles on the default device."""
-    g = torch.Generator().manual_seed(seed)
-
-    def rand(scale=1.0):
-        return (scale * torch.randn(ROWS, D, generator=g)).to(DEFAULT_DEVICE)
-
-    big = 80.0 + 40.0 * torch.rand(ROWS, D, generator=g)
-    sign = torch.where(torch.rand(ROWS, D, generator=g) < 0.5, -1.0, 1.0)
-    return [
-        ("scores a few units apart", (rand(), rand(3.0), rand(), rand(3.0))),
-        ("scores of +-80 to 120 (exp overflows fp32 unless the larger score is subtracted first)",
-         (rand(), (sign * big).to(DEFAULT_DEVICE), rand(), (-sign * big + rand(2.0).cpu()).to(DEFAULT_DEVICE))),
-        ("the partner is the ring's sentinel (kv 0, score -inf): pooled must be kv itself",
-         (torch.zeros(ROWS, D, device=DEFAULT_DEVICE), torch.full((ROWS, D), float("-inf"), device=DEFAULT_DEVICE),
-          rand(), rand(3.0))),
-    ]
-
-
-def _differences(got: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
-    """``[ROWS, D]`` bool: where ``got`` is not within ``TOLERANCE`` of ``want`` (NaN never is)."""
-    got, want = got.cpu().double(), want.cpu().double()
-    return ~((got - want).abs() <= TOLERANCE * (1 + want.abs()))
-
-
-def _picture(bad: torch.Tensor, what: str) -> Figure:
-    fig = Figure(figsize=(6.4, 2.6), layout="constrained")
-    ax = fig.add_subplot()
-    ax.imshow(bad.numpy(), cmap="Reds", vmin=0, vmax=1, aspect="auto", interpolation="nearest")
-    ax.set_xlabel("channel")
-    ax.set_ylabel("row")
-    ax.set_title(f"red: values that differ from the torch path's gate\n({what})", fontsize=10)
-    return fig
-
-
-def check_gate(fn, seed: int = 0) -> CheckResult:
-    """Check the reader's ``@triton.jit`` gate against the torch path's, on three kinds of tiles.
-
-    Says pass, or which case failed, how many of the ``16 x 32`` values differ and the first of
-    them; a picture marks every differing value of the first failed case. Never raises for a
-    wrong or unfinished ``fn``.
-    """
-    failed: list[tuple[torch.Tensor, str]] = []
-
-    def cases():
-        if not isinstance(fn, triton.runtime.jit.KernelInterface):
-            return [(False, f"{getattr(fn, '__name__', fn)!s} is not a Triton function: decorate it with @triton.jit")]
-        if "raise NotImplementedError" in getattr(fn, "src", ""):
-            # a student copy's stub: the compiler would only report that it cannot compile a raise
-            raise NotImplementedError("the gate still raises NotImplementedError")
-        results = []
-        for what, tiles in _cases(seed):
-            got, want = _run(fn, *tiles), torch_gate(*tiles)
-            bad = _differences(got, want)
-            if not bad.any():
-                results.append((True, f"{what}: all {bad.numel()} values match"))
-                continue
-            r, c = (int(i) for i in bad.nonzero()[0])
-            results.append((False, f"{what}: {int(bad.sum())} of {bad.numel()} values differ; first at row {r}, "
-                                   f"channel {c}: got {float(got[r, c]):.6g}, expected {float(want[r, c]):.6g}"))
-            failed.append((bad, what))
-        return results
-
-    return run_check("gate (a @triton.jit stage)", cases, figure=lambda: _picture(*failed[0]) if failed else None)
-
-
-# --------------------------------------------------------------------------------------------
-# The puzzles: the fused kernel's pieces, one at a time (batches and answers in .puzzles)
-# --------------------------------------------------------------------------------------------
 
 BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
 """The puzzles' sizes: rows a program, lanes of request slots, and the row sum's ``[16, 32]`` tile."""
@@ -163,6 +69,89 @@ def _dev(t: torch.Tensor) -> torch.Tensor:
     return t.to(DEFAULT_DEVICE)
 
 
+def _span(p: puzzles.Puzzle, slot: int) -> str:
+    rows = p.batch.row_ranges()[slot]
+    return f"rows {rows.start} to {rows.stop - 1}" if len(rows) > 1 else f"row {rows.start} only"
+
+
+def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int, block: int) -> str:
+    """Puzzle 1: what is wrong with ``slot[r] = got`` where ``want`` was due."""
+    S = p.request_slots
+    starts, counts = p.offsets().tolist()
+    if got == INT_POISON:
+        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // block}'s"
+    if got >= S or got < -1:
+        return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
+                "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
+                "mask=s < request_slots (other=0: start 0, count 0, an empty range)")
+    said = f"row {r} is a padding row (in no request slot)" if want < 0 else f"row {r} lies in request slot {want} ({_span(p, want)})"
+    hint = ""
+    if got >= 0 and r == starts[got] + counts[got]:
+        hint = (f": row {r} is slot {got}'s start + count ({starts[got]} + {counts[got]}), one past its last row; "
+                "a row lies in slot s when start <= row < start + count")
+    return f"{said} but slot[{r}] = {got}{hint}"
+
+
+def _first_mistake(wrong: list[int], got: list[int], request_slots: int) -> int:
+    """Puzzle 1: the wrong row to report: one never written, else a real slot wrongly given, else the first."""
+    for keep in (lambda g: g == INT_POISON, lambda g: -1 <= g < request_slots):
+        found = [r for r in wrong if keep(got[r])]
+        if found:
+            return found[0]
+    return wrong[0]
+
+
+def _partner_mistake(p: puzzles.Puzzle, r: int, got: torch.Tensor) -> str:
+    """Puzzle 2: what is wrong with ``out[r] = got``."""
+    pos, req = int(p.batch.pos[r]), int(p.batch.req[r])
+    want = p.partner_source()[r]
+    if want is None:
+        why = "a padding row" if int(p.batch.raw_out_loc[r]) == 0 else f"pos {pos} is even"
+        return f"row {r} completes no group ({why}) but out[{r}] was written ({puzzles.source_of(got)}): mask the store with the group rows"
+    expected = f"x row {want[1]}" if want[0] == "row" else f"ring row {want[1]}"
+    if bool((got == POISON).all()):
+        return f"row {r} (pos {pos}, a group row): out[{r}] was never written (still the poison {POISON:g}); expected {expected}"
+    found, hint = puzzles.source_of(got), ""
+    if want[0] == "ring":
+        hint = (f": row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, at "
+                f"req * RING + (pos - 1) % RING = {req} * {puzzles.RING} + {(pos - 1) % puzzles.RING}")
+        if found == f"ring row {req * puzzles.RING + pos % puzzles.RING}":
+            hint += " (you used pos % RING: that is where this row itself would be parked)"
+    elif found.startswith("ring"):
+        hint = f": row {r} is not the first row of its request, so its partner is the previous row of x"
+    return f"row {r} (pos {pos}, req {req}): out[{r}] holds {found}; expected {expected}{hint}"
+
+
+def _park_mistake(p: puzzles.Puzzle, got: dict[int, str], programs: int, groups: int) -> str | None:
+    """Puzzle 4: what is wrong with the ring rows ``got`` (``{ring row: what it holds}``) after
+    programs ``0 .. programs - 1`` ran, each parking its own requests; ``None`` when nothing is."""
+    fp, parked = p.first_pairs().tolist(), p.parked()
+    owner = {k: fp[int(p.slots()[r])] // groups for k, r in parked.items()}
+    for k in sorted(set(got) | {k for k in parked if owner[k] < programs}):
+        g, w = got.get(k), (f"x row {parked[k]}" if k in parked else None)
+        if g == w and owner[k] < programs:
+            continue
+        if g == w:
+            slot = int(p.slots()[parked[k]])
+            return (f"ring row {k} was written, but request slot {slot}'s first pair is pair {fp[slot]}, program "
+                    f"{owner[k]}'s: each request is parked by one program only; loop over the slots [lo, hi) whose "
+                    "first pair lies in your block, counted over the request_slots real lanes only")
+        if w is None:
+            return f"ring row {k} should not be written (no request parks a row there) but holds {g}"
+        slot = int(p.slots()[parked[k]])
+        said = f"ring row {k} should hold {w}, one of the last rows of request slot {slot} ({_span(p, slot)})"
+        if g is None:
+            return f"{said}, but was never written (still the poison {POISON:g})"
+        rows, hint = p.batch.row_ranges()[slot], ""
+        n = int(g.split()[-1]) if g.startswith("x row") else None
+        if n is not None and n in rows:
+            hint = f": x row {n} is not one of its last {puzzles.RING} rows; they start at start + count - min(count, RING)"
+        elif "before x" in g or (n is not None and n < rows.start):
+            hint = ": a request of fewer than RING rows parks only its own: n_park = min(count, RING)"
+        return f"{said}, but holds {g}{hint}"
+    return None
+
+
 # --- puzzle 1 ---------------------------------------------------------------------------------------
 
 ROW_SLOTS = ["offsets_ptr", "slot_ptr", "num_rows", "request_slots", "BLOCK", "S_PAD"]
@@ -191,9 +180,9 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
             wrong = [r for r in range(T) if got[r] != want[r]]
             past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
             if wrong:
-                r = puzzles.first_mistake(wrong, got, S)
+                r = _first_mistake(wrong, got, S)
                 results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                                       f"{puzzles.slot_mistake(p, r, got[r], want[r], BLOCK)}"))
+                                       f"{_slot_mistake(p, r, got[r], want[r], BLOCK)}"))
             elif past:
                 results.append((False, f"{p.what}: slot[{past[0]}] was written, past the last row ({T} rows): "
                                        "mask the store with rows < num_rows"))
@@ -237,7 +226,7 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
             past = [i for i in range(T, T + BLOCK) if not bool((got[i] == POISON).all())]
             if wrong:
                 results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                                       f"{puzzles.partner_mistake(p, wrong[0], got[wrong[0]])}"))
+                                       f"{_partner_mistake(p, wrong[0], got[wrong[0]])}"))
             elif past:
                 results.append((False, f"{p.what}: out[{past[0]}] was written, past the last row ({T} rows): "
                                        "mask the loads and the store with rows < num_rows"))
@@ -351,7 +340,7 @@ def check_park(fn, seed: int = 0) -> CheckResult:
         for p in puzzles.puzzles(seed):
             programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS)  # enough for any batch's pairs
             for b in range(programs):
-                why = puzzles.park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS)
+                why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS)
                 if why:
                     results.append((False, f"{p.what}: with {'only program 0' if b == 0 else f'programs 0 to {b}'} of {programs} launched, {why}"))
                     break

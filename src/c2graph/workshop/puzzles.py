@@ -27,7 +27,8 @@ from ..compressor.batch import ExtendBatch
 from ..compressor.config import Config
 from ..compressor.pools import POISON
 from ..compressor.req_to_token import ReqToTokenPool
-from ..pictures.style import EDGE, FONT, MIN_FONT, MUTED, PADDING_COLOUR, TITLE_FONT, figure_width, legend_below, request_colour, text_colour
+from ..pictures.style import (EDGE, FONT, MIN_FONT, MUTED, PADDING_COLOUR, TITLE_FONT, figure_width, legend_below,
+                              request_colour, text_colour)
 
 RING = 2
 """Ring rows per pool request in every puzzle (the ``tiny`` preset's)."""
@@ -152,89 +153,6 @@ def source_of(row: torch.Tensor) -> str:
     return "values that are no row of x or of the ring"
 
 
-def span(p: Puzzle, slot: int) -> str:
-    rows = p.batch.row_ranges()[slot]
-    return f"rows {rows.start} to {rows.stop - 1}" if len(rows) > 1 else f"row {rows.start} only"
-
-
-def slot_mistake(p: Puzzle, r: int, got: int, want: int, block: int) -> str:
-    """Puzzle 1: what is wrong with ``slot[r] = got`` where ``want`` was due."""
-    S = p.request_slots
-    starts, counts = p.offsets().tolist()
-    if got == INT_POISON:
-        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // block}'s"
-    if got >= S or got < -1:
-        return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
-                "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
-                "mask=s < request_slots (other=0: start 0, count 0, an empty range)")
-    said = f"row {r} is a padding row (in no request slot)" if want < 0 else f"row {r} lies in request slot {want} ({span(p, want)})"
-    hint = ""
-    if got >= 0 and r == starts[got] + counts[got]:
-        hint = (f": row {r} is slot {got}'s start + count ({starts[got]} + {counts[got]}), one past its last row; "
-                "a row lies in slot s when start <= row < start + count")
-    return f"{said} but slot[{r}] = {got}{hint}"
-
-
-def first_mistake(wrong: list[int], got: list[int], request_slots: int) -> int:
-    """Puzzle 1: the wrong row to report: one never written, else a real slot wrongly given, else the first."""
-    for keep in (lambda g: g == INT_POISON, lambda g: -1 <= g < request_slots):
-        found = [r for r in wrong if keep(got[r])]
-        if found:
-            return found[0]
-    return wrong[0]
-
-
-def partner_mistake(p: Puzzle, r: int, got: torch.Tensor) -> str:
-    """Puzzle 2: what is wrong with ``out[r] = got``."""
-    pos, req = int(p.batch.pos[r]), int(p.batch.req[r])
-    want = p.partner_source()[r]
-    if want is None:
-        why = "a padding row" if int(p.batch.raw_out_loc[r]) == 0 else f"pos {pos} is even"
-        return f"row {r} completes no group ({why}) but out[{r}] was written ({source_of(got)}): mask the store with the group rows"
-    expected = f"x row {want[1]}" if want[0] == "row" else f"ring row {want[1]}"
-    if bool((got == POISON).all()):
-        return f"row {r} (pos {pos}, a group row): out[{r}] was never written (still the poison {POISON:g}); expected {expected}"
-    found, hint = source_of(got), ""
-    if want[0] == "ring":
-        hint = (f": row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, at "
-                f"req * RING + (pos - 1) % RING = {req} * {RING} + {(pos - 1) % RING}")
-        if found == f"ring row {req * RING + pos % RING}":
-            hint += " (you used pos % RING: that is where this row itself would be parked)"
-    elif found.startswith("ring"):
-        hint = f": row {r} is not the first row of its request, so its partner is the previous row of x"
-    return f"row {r} (pos {pos}, req {req}): out[{r}] holds {found}; expected {expected}{hint}"
-
-
-def park_mistake(p: Puzzle, got: dict[int, str], programs: int, groups: int) -> str | None:
-    """Puzzle 4: what is wrong with the ring rows ``got`` (``{ring row: what it holds}``) after
-    programs ``0 .. programs - 1`` ran, each parking its own requests; ``None`` when nothing is."""
-    fp, parked = p.first_pairs().tolist(), p.parked()
-    owner = {k: fp[int(p.slots()[r])] // groups for k, r in parked.items()}
-    for k in sorted(set(got) | {k for k in parked if owner[k] < programs}):
-        g, w = got.get(k), (f"x row {parked[k]}" if k in parked else None)
-        if g == w and owner[k] < programs:
-            continue
-        if g == w:
-            slot = int(p.slots()[parked[k]])
-            return (f"ring row {k} was written, but request slot {slot}'s first pair is pair {fp[slot]}, program "
-                    f"{owner[k]}'s: each request is parked by one program only; loop over the slots [lo, hi) whose "
-                    "first pair lies in your block, counted over the request_slots real lanes only")
-        if w is None:
-            return f"ring row {k} should not be written (no request parks a row there) but holds {g}"
-        slot = int(p.slots()[parked[k]])
-        said = f"ring row {k} should hold {w}, one of the last rows of request slot {slot} ({span(p, slot)})"
-        if g is None:
-            return f"{said}, but was never written (still the poison {POISON:g})"
-        rows, hint = p.batch.row_ranges()[slot], ""
-        n = int(g.split()[-1]) if g.startswith("x row") else None
-        if n is not None and n in rows:
-            hint = f": x row {n} is not one of its last {RING} rows; they start at start + count - min(count, RING)"
-        elif "before x" in g or (n is not None and n < rows.start):
-            hint = ": a request of fewer than RING rows parks only its own: n_park = min(count, RING)"
-        return f"{said}, but holds {g}{hint}"
-    return None
-
-
 # --- puzzle 3: the fixed order and the orders it is not -----------------------------------------
 
 
@@ -294,7 +212,7 @@ def draw_touches(strips: list[Strip], title: str, note: str = "") -> Figure:
         ax.text(-0.4, y + 0.5, strip.name, ha="right", va="center", fontsize=FONT)
         for i, (text, colour) in enumerate(zip(strip.texts, strip.colours)):
             how = strip.touched.get(i)
-            edge, lw = {READ: ("black", 2.2), WRITTEN: ("#C00000", 2.6)}.get(how, ("white", 1.0))
+            edge, lw = {READ: ("black", 2.2), WRITTEN: ("#C00000", 2.6)}.get(how, (MUTED if i in strip.masked else "white", 1.0))
             ax.add_patch(Rectangle((i + 0.06, y + 0.06), 0.88, 0.88, facecolor=colour, edgecolor=edge, lw=lw,
                                    hatch="//" if i in strip.masked else None))
             if text:
@@ -318,6 +236,12 @@ def _row_strip(p: Puzzle, name: str, touched: dict[int, str]) -> Strip:
     pos = p.batch.pos.tolist()
     return Strip(name, [str(v) if s >= 0 else "" for v, s in zip(pos, slots)],
                  [request_colour(s) if s >= 0 else PADDING_COLOUR for s in slots], touched)
+
+
+def _ring_colours(p: Puzzle) -> list[str]:
+    """Each ring row in the colour of the batch's request slot whose pool request owns it (grey: none)."""
+    slot_of = {q.pool_index: s for s, q in enumerate(p.batch.requests)}
+    return [request_colour(slot_of.get(k // RING)) for k in range(POOL_REQUESTS * RING)]
 
 
 def draw_rows_puzzle(p: Puzzle, program: int, block: int, s_pad: int) -> Figure:
@@ -346,9 +270,7 @@ def draw_partners_puzzle(p: Puzzle, program: int, block: int) -> Figure:
             where, k = sources[r]
             (rows if where == "row" else ring)[k] = READ
     out = {r: WRITTEN for r in mine if sources[r] is not None}
-    ring_colour = [request_colour(next((s for s, q in enumerate(p.batch.requests) if q.pool_index == k // RING), None))
-                   for k in range(POOL_REQUESTS * RING)]
-    strips = [Strip(f"ring rows (req * {RING} + k)", [str(k) for k in range(POOL_REQUESTS * RING)], ring_colour, ring),
+    strips = [Strip(f"ring rows (req * {RING} + k)", [str(k) for k in range(POOL_REQUESTS * RING)], _ring_colours(p), ring),
               _row_strip(p, "x rows (cells: pos)", rows),
               _row_strip(p, "out rows (cells: pos)", out)]
     return draw_touches(strips, f"Puzzle 2: program {program} of BLOCK = {block} rows gathers the partners of its group rows")
@@ -365,13 +287,11 @@ def draw_park_puzzle(p: Puzzle, program: int, groups: int) -> Figure:
     first_pairs = {fp[s]: READ for s in mine if fp[s] < pairs}
     rows = {r: READ for k, r in parked.items() if p.slots()[r].item() in mine}
     ring = {k: WRITTEN for k, r in parked.items() if p.slots()[r].item() in mine}
-    ring_colour = [request_colour(next((s for s, q in enumerate(p.batch.requests) if q.pool_index == k // RING), None))
-                   for k in range(POOL_REQUESTS * RING)]
     strips = [Strip(f"pairs (blocks of {groups})", [str(k // groups) for k in range(pairs)],
                     [request_colour(s) for s in slot_of_pair], first_pairs),
               _row_strip(p, "x rows (cells: pos)", rows),
               Strip(f"ring rows (req * {RING} + pos % {RING})", [str(k) for k in range(POOL_REQUESTS * RING)],
-                    ring_colour, ring)]
+                    _ring_colours(p), ring)]
     return draw_touches(strips, f"Puzzle 4: program {program} parks request slots {sorted(mine)} "
                                 f"(their first pair is in its block; cells of pairs: the block)")
 
@@ -397,6 +317,6 @@ def draw_row_sum_puzzle(n: int = 8) -> Figure:
     ax.set_xlim(0, n)
     ax.set_ylim(-level - 0.5, 0.5)
     ax.set_axis_off()
-    ax.set_title(f"Puzzle 3: one row of {n} columns, summed in {level} rounds of elementwise adds "
-                 "(tl.split of neighbours, then +)", fontsize=TITLE_FONT, loc="left")
+    ax.set_title(f"Puzzle 3: one row of {n} columns, summed in {level} rounds of adds of neighbours",
+                 fontsize=TITLE_FONT, loc="left")
     return fig
