@@ -198,6 +198,15 @@ def row_sum_not_reshaped(x, LOG2_N: tl.constexpr):
 
 
 @triton.jit
+def row_sum_in_half_precision(x, LOG2_N: tl.constexpr):
+    x = x.to(tl.float16)  # "faster": but the sums come back in fp16
+    for _ in tl.static_range(LOG2_N):
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
 def row_sum_wrong_axis(x, LOG2_N: tl.constexpr):
     return tl.sum(tl.reshape(tl.trans(x), (x.shape[0], x.shape[1])), axis=1)
 
@@ -314,6 +323,7 @@ WRONG = [
     (wk.check_row_sum, row_sum_one_by_one, "one after another"),
     (wk.check_row_sum, row_sum_not_reshaped, "a [rows] tile"),
     (wk.check_row_sum, row_sum_wrong_axis, "not the row's sum"),
+    (wk.check_row_sum, row_sum_in_half_precision, "must return fp32"),
     (wk.check_park, park_every_request, "parked by one program only"),
     (wk.check_park, park_without_min, "n_park = min(count, RING)"),
     (wk.check_park, park_first_rows, "is not one of its last"),

@@ -84,7 +84,8 @@ def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int, block: int) ->
         return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
                 "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
                 "mask=s < request_slots (other=0: start 0, count 0, an empty range)")
-    said = f"row {r} is a padding row (in no request slot)" if want < 0 else f"row {r} lies in request slot {want} ({_span(p, want)})"
+    said = (f"row {r} is a padding row (in no request slot)" if want < 0
+            else f"row {r} lies in request slot {want} ({_span(p, want)})")
     hint = ""
     if got >= 0 and r == starts[got] + counts[got]:
         hint = (f": row {r} is slot {got}'s start + count ({starts[got]} + {counts[got]}), one past its last row; "
@@ -107,10 +108,12 @@ def _partner_mistake(p: puzzles.Puzzle, r: int, got: torch.Tensor) -> str:
     want = p.partner_source()[r]
     if want is None:
         why = "a padding row" if int(p.batch.raw_out_loc[r]) == 0 else f"pos {pos} is even"
-        return f"row {r} completes no group ({why}) but out[{r}] was written ({puzzles.source_of(got)}): mask the store with the group rows"
+        return (f"row {r} completes no group ({why}) but out[{r}] was written ({puzzles.source_of(got)}): "
+                "mask the store with the group rows")
     expected = f"x row {want[1]}" if want[0] == "row" else f"ring row {want[1]}"
     if bool((got == POISON).all()):
-        return f"row {r} (pos {pos}, a group row): out[{r}] was never written (still the poison {POISON:g}); expected {expected}"
+        return (f"row {r} (pos {pos}, a group row): out[{r}] was never written (still the poison {POISON:g}); "
+                f"expected {expected}")
     found, hint = puzzles.source_of(got), ""
     if want[0] == "ring":
         hint = (f": row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, at "
@@ -282,7 +285,8 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
             exact = float(x[r].double().sum())
             line = f"row {r}: got {float(got[r])!r}, neighbours first gives {float(want[r])!r}"
             if torch.equal(got, puzzles.sequential_sum(x)):
-                why = "you added the columns one after another, ((x0 + x1) + x2) + ...: add neighbours in pairs, then pairs of pairs"
+                why = ("you added the columns one after another, ((x0 + x1) + x2) + ...: add neighbours in pairs, "
+                       "then pairs of pairs")
             elif torch.equal(got, puzzles.halves_sum(x)):
                 why = "you added column c to column c + N/2 (the two halves): split neighbours (2c, 2c + 1) instead"
             elif abs(float(got[r]) - exact) > 1e-3 * float(x[r].abs().sum()):
@@ -290,7 +294,8 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
             else:
                 why = ("the right sum in another order of adds (tl.sum adds in the order its threads hold the values, "
                        "which changes with num_warps): reshape to [rows, N/2, 2], tl.split, add, LOG2_N times")
-            results.append((False, f"{int((got != want).sum())} of {SUM_ROWS} rows differ from the fixed order's sum; first: {line}: {why}"))
+            results.append((False, f"{int((got != want).sum())} of {SUM_ROWS} rows differ from the fixed order's sum; "
+                                   f"first: {line}: {why}"))
         for warps, out in outs.items():
             if not torch.equal(out, got):
                 results.append((False, f"with num_warps={warps} the sums differ from num_warps=1: the order is not fixed"))
@@ -342,7 +347,8 @@ def check_park(fn, seed: int = 0) -> CheckResult:
             for b in range(programs):
                 why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS)
                 if why:
-                    results.append((False, f"{p.what}: with {'only program 0' if b == 0 else f'programs 0 to {b}'} of {programs} launched, {why}"))
+                    launched = "only program 0" if b == 0 else f"programs 0 to {b}"
+                    results.append((False, f"{p.what}: with {launched} of {programs} launched, {why}"))
                     break
             else:
                 results.append((True, f"{p.what}: the {len(p.parked())} parked ring rows right, each written by "

@@ -108,13 +108,17 @@ def puzzles(seed: int) -> list[Puzzle]:
     pools = torch.randperm(POOL_REQUESTS, generator=g)[:n].tolist()
     rand = [(p, int(torch.randint(0, 20, (1,), generator=g)), int(torch.randint(1, 10, (1,), generator=g))) for p in pools]
     live = sum(r[2] for r in rand)
+
+    def batch(requests, slots, pad_to):
+        return ExtendBatch.build(requests, alloc, request_slots=slots, pad_to=pad_to, device="cpu")
+
     return [
         Puzzle("notebook 02's batch (4 requests, 6 request slots, 5 padding rows)",
-               ExtendBatch.build([(0, 5, 7), (3, 0, 15), (1, 3, 1), (4, 9, 12)], alloc, request_slots=6, pad_to=40, device="cpu")),
+               batch([(0, 5, 7), (3, 0, 15), (1, 3, 1), (4, 9, 12)], 6, 40)),
         Puzzle("a one-row request first, at an odd position (3 requests, 7 request slots)",
-               ExtendBatch.build([(2, 7, 1), (5, 0, 6), (0, 4, 9)], alloc, request_slots=7, pad_to=19, device="cpu")),
+               batch([(2, 7, 1), (5, 0, 6), (0, 4, 9)], 7, 19)),
         Puzzle(f"a random batch (seed {seed}: {n} requests, {n + 1} request slots)",
-               ExtendBatch.build(rand, alloc, request_slots=n + 1, pad_to=live + int(torch.randint(0, 4, (1,), generator=g)), device="cpu")),
+               batch(rand, n + 1, live + int(torch.randint(0, 4, (1,), generator=g)))),
     ]
 
 
@@ -212,7 +216,8 @@ def draw_touches(strips: list[Strip], title: str, note: str = "") -> Figure:
         ax.text(-0.4, y + 0.5, strip.name, ha="right", va="center", fontsize=FONT)
         for i, (text, colour) in enumerate(zip(strip.texts, strip.colours)):
             how = strip.touched.get(i)
-            edge, lw = {READ: ("black", 2.2), WRITTEN: ("#C00000", 2.6)}.get(how, (MUTED if i in strip.masked else "white", 1.0))
+            quiet = (MUTED if i in strip.masked else "white", 1.0)
+            edge, lw = {READ: ("black", 2.2), WRITTEN: ("#C00000", 2.6)}.get(how, quiet)
             ax.add_patch(Rectangle((i + 0.06, y + 0.06), 0.88, 0.88, facecolor=colour, edgecolor=edge, lw=lw,
                                    hatch="//" if i in strip.masked else None))
             if text:
@@ -273,7 +278,8 @@ def draw_partners_puzzle(p: Puzzle, program: int, block: int) -> Figure:
     strips = [Strip(f"ring rows (req * {RING} + k)", [str(k) for k in range(POOL_REQUESTS * RING)], _ring_colours(p), ring),
               _row_strip(p, "x rows (cells: pos)", rows),
               _row_strip(p, "out rows (cells: pos)", out)]
-    return draw_touches(strips, f"Puzzle 2: program {program} of BLOCK = {block} rows gathers the partners of its group rows")
+    return draw_touches(strips, f"Puzzle 2: program {program} of BLOCK = {block} rows gathers the partners "
+                                "of its group rows")
 
 
 def draw_park_puzzle(p: Puzzle, program: int, groups: int) -> Figure:
