@@ -12,6 +12,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from matplotlib.text import Text
 
 import c2graph  # noqa: F401  (first: without CUDA it sets TRITON_INTERPRET=1 before Triton is imported)
@@ -336,6 +338,14 @@ WRONG = [
 def test_check_passes_the_solution(check, solution, seed):
     result = check(solution, seed=seed)
     assert result.ok, str(result)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_every_solution_passes_on_random_batches(seed):
+    for check, solution in SOLUTIONS:
+        result = check(solution, seed=seed)
+        assert result.ok, str(result)
 
 
 @pytest.mark.parametrize("check, wrong, says", WRONG, ids=[w.fn.__name__ for _, w, _ in WRONG])

@@ -27,6 +27,7 @@ from ..compressor.batch import ExtendBatch
 from ..compressor.config import Config
 from ..compressor.pools import POISON
 from ..compressor.req_to_token import ReqToTokenPool
+from ..compressor.rows import BatchPlan, Partner
 from ..pictures.style import (EDGE, FONT, MIN_FONT, MUTED, PADDING_COLOUR, TITLE_FONT, figure_width, legend_below,
                               request_colour, text_colour)
 
@@ -56,32 +57,28 @@ class Puzzle:
         """``[2, request_slots]`` int32 on the host: each slot's first row, then its row count."""
         return self.batch.extend_offsets.cpu()
 
+    def plan(self) -> BatchPlan:
+        """What every row does (:func:`~c2graph.compressor.rows.plan_rows`): the answers come from it."""
+        return self.batch.plan(RING)
+
     def slots(self) -> torch.Tensor:
         """``[T]`` int32: each row's request slot; -1 for a padding row (puzzle 1's answer)."""
-        out = torch.full((self.num_rows,), -1, dtype=torch.int32)
-        for slot, rows in enumerate(self.batch.row_ranges()):
-            out[rows.start:rows.stop] = slot
-        return out
+        return torch.tensor([-1 if r.request_slot is None else r.request_slot for r in self.plan().rows], dtype=torch.int32)
 
     def first(self) -> torch.Tensor:
         """``[T]`` bool: the row is the first row of its request."""
-        out = torch.zeros(self.num_rows, dtype=torch.bool)
-        for rows in self.batch.row_ranges():
-            if rows:
-                out[rows.start] = True
-        return out
+        firsts = {rows.start for rows in self.batch.row_ranges() if rows}
+        return torch.tensor([r in firsts for r in range(self.num_rows)], dtype=torch.bool)
 
     def group(self) -> torch.Tensor:
         """``[T]`` bool: the row completes a group (a live row at an odd ``pos``)."""
-        return ((self.batch.raw_out_loc != 0) & (self.batch.pos % 2 == 1)).cpu()
+        return torch.tensor([r.completes_group for r in self.plan().rows], dtype=torch.bool)
 
     def partner_source(self) -> list[tuple[str, int] | None]:
         """Per row, where its partner comes from (puzzle 2's answer): ``("row", r)`` of the buffer,
         ``("ring", k)`` for a group row first in its request; ``None`` for a row with no group."""
-        pos, req = self.batch.pos.tolist(), self.batch.req.tolist()
-        first, group = self.first().tolist(), self.group().tolist()
-        return [None if not group[r] else ("ring", req[r] * RING + (pos[r] - 1) % RING) if first[r] else ("row", r - 1)
-                for r in range(self.num_rows)]
+        return [("ring", r.partner_ring_row) if r.partner is Partner.RING else
+                ("row", r.partner_row) if r.partner is Partner.PREVIOUS_ROW else None for r in self.plan().rows]
 
     def first_pairs(self) -> torch.Tensor:
         """``[request_slots]`` int32: the batch-wide number of each slot's first pair of rows."""
@@ -90,8 +87,7 @@ class Puzzle:
 
     def parked(self) -> dict[int, int]:
         """``{ring row: buffer row}``: each request's last ``min(count, RING)`` rows (puzzle 4's answer)."""
-        pos, req = self.batch.pos.tolist(), self.batch.req.tolist()
-        return {req[r] * RING + pos[r] % RING: r for rows in self.batch.row_ranges() for r in rows[-RING:]}
+        return self.plan().parked
 
     def parked_by(self, program: int, groups: int) -> set[int]:
         """The request slots program ``program`` parks: those whose first pair lies in its block."""
