@@ -1,4 +1,4 @@
-"""The benchmark, its results schema, the pictures of stored results, and notebook 02's kernel check."""
+"""The benchmark, its results schema and the pictures of stored results."""
 
 from __future__ import annotations
 
@@ -10,14 +10,11 @@ import pytest
 import torch
 
 import c2graph as c2  # noqa: I001  (first: on a CPU it sets TRITON_INTERPRET=1 before Triton is imported)
-import triton
-import triton.language as tl
 from c2graph.measure import bench, bench_cases, results
 from c2graph.measure.compiled import compress_torch_fp32
 from c2graph.measure.timing import median_us
 from c2graph.measure.traffic import minimum_bytes, weight_bytes
 from c2graph.pictures.bench_plots import draw_bandwidth, draw_times, time_lines, write_gpu_figures
-from c2graph.workshop.kernel import check_gate
 
 from support import make_case
 
@@ -362,54 +359,3 @@ def test_pictures_draw_the_stored_values(smoke):
     hatched = next(v for k, v in bars.items() if "a program" in k)
     assert solid == [r["bw_fraction"] for r in graph.values()]
     assert hatched == [r["bw_fraction_weights_per_program"] for r in graph.values()]
-
-
-# ------------------------------------------------------------------------------------------------
-# notebook 02's exercise: the gate as a @triton.jit stage
-# ------------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _right_gate(kv_prev, score_prev, kv, score):
-    m = tl.maximum(score_prev, score)
-    e0 = tl.exp(score_prev - m)
-    e1 = tl.exp(score - m)
-    return kv_prev * (e0 / (e0 + e1)) + kv * (e1 / (e0 + e1))
-
-
-@triton.jit
-def _stub_gate(kv_prev, score_prev, kv, score):
-    raise NotImplementedError("write the gate")
-
-
-@triton.jit
-def _unstable_gate(kv_prev, score_prev, kv, score):
-    e0 = tl.exp(score_prev)  # no max subtracted: overflows for large scores
-    e1 = tl.exp(score)
-    return kv_prev * (e0 / (e0 + e1)) + kv * (e1 / (e0 + e1))
-
-
-@triton.jit
-def _swapped_gate(kv_prev, score_prev, kv, score):
-    m = tl.maximum(score_prev, score)
-    e0 = tl.exp(score_prev - m)
-    e1 = tl.exp(score - m)
-    return kv * (e0 / (e0 + e1)) + kv_prev * (e1 / (e0 + e1))
-
-
-def test_check_gate_passes_the_right_gate():
-    result = check_gate(_right_gate, seed=3)
-    assert result.ok and result.figure is None and len(result.lines) == 3
-
-
-@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the interpreter's numpy warns of the overflow
-@pytest.mark.parametrize("gate, says", [
-    (_stub_gate, "not written yet"),  # the interpreter keeps the stub's message, the compiler its name
-    (_unstable_gate, "FAIL: scores of +-80"),
-    (_swapped_gate, "FAIL: scores a few units apart"),
-    (lambda kv_prev, score_prev, kv, score: kv, "is not a Triton function"),
-])
-def test_check_gate_reports_a_wrong_or_unfinished_gate_without_raising(gate, says):
-    result = check_gate(gate, seed=4)
-    assert not result.ok
-    assert says in str(result)

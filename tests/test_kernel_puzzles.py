@@ -1,0 +1,419 @@
+"""Notebook 02's Triton puzzles: each check passes the notebook's solution, reports the student
+copy's stub as not written yet, and names the mistake of each plausible wrong answer.
+
+The wrong answers are written here as the reader would write them, each a small change of the
+solution; each check must say what was wrong (which row, never written or written wrong, why).
+"""
+
+from __future__ import annotations
+
+import linecache
+from pathlib import Path
+
+import nbformat
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from matplotlib.text import Text
+
+import c2graph  # noqa: F401  (first: without CUDA it sets TRITON_INTERPRET=1 before Triton is imported)
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from c2graph.workshop import kernel as wk
+from c2graph.workshop import puzzles
+from c2graph.pictures.style import MAX_WIDTH, MIN_FONT
+from c2graph.workshop.student import find_exercises, stub_source
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_the_fused_kernel.ipynb"
+
+
+# --- puzzle 1: the rows a request owns ----------------------------------------------------------------
+
+
+@triton.jit
+def row_slots(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+@triton.jit
+def row_slots_unmasked_offsets(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    starts = tl.load(offsets_ptr + s)
+    ends = starts + tl.load(offsets_ptr + request_slots + s)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+@triton.jit
+def row_slots_end_included(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] <= ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+@triton.jit
+def row_slots_store_unmasked(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1))
+
+
+@triton.jit
+def row_slots_first_block_only(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.arange(0, BLOCK)  # program_id forgotten: every program writes rows 0 to BLOCK - 1
+    s = tl.arange(0, S_PAD)
+    real = s < request_slots
+    starts = tl.load(offsets_ptr + s, mask=real, other=0)
+    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
+    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
+    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+
+
+# --- puzzle 2: a masked gather of partner rows ----------------------------------------------------------
+
+
+@triton.jit
+def gather_partners(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                    D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
+    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
+    pos = tl.load(pos_ptr + rows, mask=group, other=1)
+    req = tl.load(req_ptr + rows, mask=group, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+@triton.jit
+def partners_ring_at_pos(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                         D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
+    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
+    pos = tl.load(pos_ptr + rows, mask=group, other=1)
+    req = tl.load(req_ptr + rows, mask=group, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + pos % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+@triton.jit
+def partners_always_previous(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                             D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    prev = tl.load(x_ptr + (rows - 1)[:, None] * D + cols[None, :], mask=m)
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], prev, mask=m)
+
+
+@triton.jit
+def partners_every_row(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                       D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    inside = rows < num_rows
+    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
+    pos = tl.load(pos_ptr + rows, mask=inside, other=1)
+    req = tl.load(req_ptr + rows, mask=inside, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = inside[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+@triton.jit
+def partners_unmasked_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
+                           D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    group = tl.load(group_ptr + rows) != 0
+    first = tl.load(first_ptr + rows) != 0
+    pos = tl.load(pos_ptr + rows, mask=group, other=1)
+    req = tl.load(req_ptr + rows, mask=group, other=0)
+    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
+    cols = tl.arange(0, D)
+    m = group[:, None]
+    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+
+
+# --- puzzle 3: a row sum in a fixed order -----------------------------------------------------------------
+
+
+@triton.jit
+def row_sum(x, LOG2_N: tl.constexpr):
+    for _ in tl.static_range(LOG2_N):
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
+def row_sum_tl_sum(x, LOG2_N: tl.constexpr):
+    return tl.sum(x, axis=1)
+
+
+@triton.jit
+def row_sum_halves(x, LOG2_N: tl.constexpr):
+    for _ in tl.static_range(LOG2_N):
+        first, second = tl.split(tl.permute(tl.reshape(x, (x.shape[0], 2, x.shape[1] // 2)), (0, 2, 1)))
+        x = first + second
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
+def row_sum_one_by_one(x, LOG2_N: tl.constexpr):
+    cols = tl.arange(0, 1 << LOG2_N)
+    total = tl.sum(tl.where(cols[None, :] == 0, x, 0.0), axis=1)
+    for c in tl.static_range(1, 1 << LOG2_N):
+        total = total + tl.sum(tl.where(cols[None, :] == c, x, 0.0), axis=1)
+    return total
+
+
+@triton.jit
+def row_sum_not_reshaped(x, LOG2_N: tl.constexpr):
+    for _ in tl.static_range(LOG2_N):
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return x
+
+
+@triton.jit
+def row_sum_in_half_precision(x, LOG2_N: tl.constexpr):
+    x = x.to(tl.float16)  # "faster": but the sums come back in fp16
+    for _ in tl.static_range(LOG2_N):
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
+def row_sum_wrong_axis(x, LOG2_N: tl.constexpr):
+    return tl.sum(tl.reshape(tl.trans(x), (x.shape[0], x.shape[1])), axis=1)
+
+
+# --- puzzle 4: the park loop with run-time bounds -----------------------------------------------------
+
+
+@triton.jit
+def park(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+         D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_every_request(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                       D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(0, request_slots):  # every program parks every request
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_without_min(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                     D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        src = start + count - RING + j  # a request of one row parks the row before it too
+        ok = j < RING
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_first_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                    D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        src = start + j  # the request's first rows, not its last
+        ok = j < tl.minimum(count, RING)
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_unmasked_first_pairs(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                              D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    first_pair = tl.load(first_pair_ptr + tl.arange(0, S_PAD))  # reads S_PAD - request_slots values past the table
+    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+SOLUTIONS = [(wk.check_row_slots, row_slots), (wk.check_partners, gather_partners), (wk.check_row_sum, row_sum),
+             (wk.check_park, park)]
+
+WRONG = [
+    (wk.check_row_slots, row_slots_unmasked_offsets, "mask=s < request_slots"),
+    (wk.check_row_slots, row_slots_end_included, "one past its last row"),
+    (wk.check_row_slots, row_slots_store_unmasked, "past the last row"),
+    (wk.check_row_slots, row_slots_first_block_only, "never written"),
+    (wk.check_partners, partners_ring_at_pos, "you used pos % RING"),
+    (wk.check_partners, partners_always_previous, "its partner (pos"),
+    (wk.check_partners, partners_every_row, "completes no group"),
+    (wk.check_partners, partners_unmasked_rows, "past the last row"),
+    (wk.check_row_sum, row_sum_tl_sum, "another order of adds"),
+    (wk.check_row_sum, row_sum_halves, "the two halves"),
+    (wk.check_row_sum, row_sum_one_by_one, "one after another"),
+    (wk.check_row_sum, row_sum_not_reshaped, "a [rows] tile"),
+    (wk.check_row_sum, row_sum_wrong_axis, "not the row's sum"),
+    (wk.check_row_sum, row_sum_in_half_precision, "must return fp32"),
+    (wk.check_park, park_every_request, "parked by one program only"),
+    (wk.check_park, park_without_min, "n_park = min(count, RING)"),
+    (wk.check_park, park_first_rows, "is not one of its last"),
+    (wk.check_park, park_unmasked_first_pairs, "parked by one program only"),
+]
+
+
+@pytest.mark.parametrize("check, solution", SOLUTIONS, ids=[s.fn.__name__ for _, s in SOLUTIONS])
+@pytest.mark.parametrize("seed", [0, 5])
+def test_check_passes_the_solution(check, solution, seed):
+    result = check(solution, seed=seed)
+    assert result.ok, str(result)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**16))
+def test_every_solution_passes_on_random_batches(seed):
+    for check, solution in SOLUTIONS:
+        result = check(solution, seed=seed)
+        assert result.ok, str(result)
+
+
+@pytest.mark.parametrize("check, wrong, says", WRONG, ids=[w.fn.__name__ for _, w, _ in WRONG])
+def test_check_names_the_mistake_of_a_wrong_answer(check, wrong, says):
+    result = check(wrong, seed=1)
+    assert not result.ok
+    assert says in str(result), str(result)
+
+
+# --- the notebook's own cells: each solution passes its check, each stub fails it ----------------------
+
+
+def notebook_exercises() -> list[tuple[str, str]]:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    return [(nb.cells[e.solution].source, nb.cells[e.check].source) for e in find_exercises(nb, NOTEBOOK.name)]
+
+
+def run_cell(source: str) -> dict:
+    """Run a solution cell as the notebook does, its source kept where @triton.jit reads it back."""
+    ns: dict = {}
+    exec("import triton\nimport triton.language as tl\nfrom c2graph.workshop.kernel import *", ns)
+    name = f"<notebook-02-cell-{len(linecache.cache)}>"
+    linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+    exec(compile(source, name, "exec"), ns)
+    return ns
+
+
+def test_the_notebook_has_the_four_puzzles_in_order():
+    checks = [check for _, check in notebook_exercises()]
+    assert checks == ["check_row_slots(row_slots)", "check_partners(gather_partners)", "check_row_sum(row_sum)",
+                      "check_park(park)"]
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_the_notebooks_solution_passes_and_its_student_stub_says_what_to_do(index):
+    solution, check = notebook_exercises()[index]
+    result = eval(check, run_cell(solution))
+    assert result.ok, str(result)
+    stub = eval(check, run_cell(stub_source(solution)))
+    assert not stub.ok and "not written yet" in str(stub) and "still raises NotImplementedError" in str(stub), str(stub)
+
+
+def test_a_function_that_is_no_triton_function_or_has_another_signature_is_named():
+    said = str(wk.check_row_slots(lambda *args: None))
+    assert "is not a Triton function: decorate it with @triton.jit" in said
+    said = str(wk.check_partners(row_slots))
+    assert "row_slots takes (offsets_ptr, slot_ptr" in said and "keep the signature" in said
+
+
+# --- the pictures of one program ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("draw", [
+    lambda p: puzzles.draw_rows_puzzle(p, program=2, block=8, s_pad=8),
+    lambda p: puzzles.draw_partners_puzzle(p, program=0, block=8),
+    lambda p: puzzles.draw_park_puzzle(p, program=1, groups=4),
+    lambda p: puzzles.draw_row_sum_puzzle(8),
+], ids=["rows", "partners", "park", "row_sum"])
+def test_the_pictures_keep_the_house_style(draw):
+    fig = draw(puzzles.puzzles(0)[0])
+    assert fig.get_figwidth() <= MAX_WIDTH and fig.axes
+    fig.canvas.draw()  # sizes are known once drawn
+    sizes = [t.get_fontsize() for t in fig.findobj(Text) if t.get_text()]
+    assert sizes and min(sizes) >= MIN_FONT
+
+
+def test_the_park_picture_marks_what_the_program_parks():
+    p = puzzles.puzzles(0)[0]
+    mine = p.parked_by(0, 4)
+    assert mine == {0}  # request slot 0's first pair is pair 0; request slot 1's is pair 4, program 1's
+    assert {int(p.slots()[r]) for r in p.parked().values()} == set(range(4))
