@@ -2,17 +2,13 @@
 
 Every silent graph bug of the prefill story is a value frozen at capture that should have been
 read at replay: a per-request Python int in a kernel's arguments, a grid sized from the live
-rows, a fresh tensor per batch that the graph keeps reading at its old address, one launch per
-request. :func:`audit` captures one step once per batch, after loading each batch into the static
-inputs, and compares the captures' records (:mod:`c2graph.graphs.op_record`: every op and every
-Triton launch, the launches of custom ops' bodies included; the record the CPU emulation
-replays). A scalar argument, a grid, a tensor's address or shape, or the number and order of
-launches that differ between the captures came from the batch. Each :class:`Flag` names the line
-that issued it. A value equal in every capture may still come from a batch: batches that differ
-wherever the work could look (starts, counts, live rows) make that unlikely.
-
-:meth:`PrefillGraphRunner.audit <c2graph.graphs.prefill_graph.PrefillGraphRunner.audit>` audits
-a bucket of a prefill graph runner (:func:`audit_runner`): the dummy batch, then a ragged one.
+rows, a fresh tensor per batch read at its old address, one launch per request. :func:`audit`
+captures a step once per batch loaded and compares the captures' records (:mod:`c2graph.graphs.
+op_record`, the records the CPU emulation replays): a scalar argument, a grid, a tensor's address
+or shape, or the number and order of launches that differ came from the batch. Each :class:`Flag`
+names the line that issued it. A value equal in every capture may still come from a batch:
+batches that differ wherever the work could look (starts, counts, live rows) make that unlikely.
+:func:`audit_runner` audits a prefill graph runner's bucket: the dummy batch, then a ragged one.
 """
 
 from __future__ import annotations
@@ -32,12 +28,10 @@ from .op_record import LAUNCH, CaptureRecord, OpRecord, check_labels, record_lin
 
 @dataclass(frozen=True)
 class Flag:
-    """Something frozen that differs between the captures: it came from the batch.
-
-    ``what``: ``"value"``, ``"grid"``, ``"shape"``, ``"address"``, ``"launches"`` (their number or
-    order) or ``"refused"`` (a capture was refused); ``values``: what each capture froze, in
-    order; ``where``/``code``: the line that issued it; ``index``: its record in capture 1.
-    """
+    """Something frozen that differs between the captures: it came from the batch. ``what``:
+    ``"value"``, ``"grid"``, ``"shape"``, ``"address"``, ``"launches"`` (their number or order) or
+    ``"refused"``; ``values``: one per capture; ``where``/``code``: the line that issued it;
+    ``index``: its record in capture 1."""
 
     where: str
     op: str
@@ -62,7 +56,7 @@ class Flag:
         return f"{subject} {self.difference()}: {self.advice()}"
 
     def advice(self) -> str:
-        """Why it differs and what to do, in words (a refused capture: its error)."""
+        """What to do about it (a refused capture: its error)."""
         return self.values[0] if self.what == "refused" else _ADVICE[self.what]
 
     def __str__(self) -> str:
@@ -83,11 +77,8 @@ _ADVICE = {
 
 @dataclass
 class GraphAudit:
-    """Captures of one step, each after another batch was loaded, and what differs between them.
-
-    ``ok``: every capture went through and nothing frozen differs; ``flags``: each difference
-    (a refused capture is one too). Prints as text; renders as a table in Jupyter.
-    """
+    """Captures of one step, each after another batch was loaded, and what differs between them
+    (``flags``, a refused capture among them). Prints as text; renders as a table in Jupyter."""
 
     title: str
     loads: tuple[str, ...]
@@ -117,11 +108,10 @@ class GraphAudit:
         if self.flags:
             return f"NOT OK: {len(self.flags)} thing(s) frozen at capture came from the batch"
         records = self.captures[0].flat()
-        scalars = sum(len(r.scalars) for r in records)
-        tensors = sum(len(r.tensors) for r in records)
         launches = sum(r.kind == LAUNCH for r in records)
-        return (f"clean: nothing frozen came from the batch ({len(self.captures)} captures of {len(records)} records, "
-                f"{launches} of them Triton launches: {scalars} values and grids, {tensors} tensors by address)")
+        values, tensors = sum(len(r.scalars) for r in records), sum(len(r.tensors) for r in records)
+        return (f"clean: nothing frozen came from the batch ({len(self.captures)} captures of {len(records)} "
+                f"records, {launches} of them Triton launches: {values} values and grids, {tensors} tensors by address)")
 
     def table(self, *, limit: int | None = 12) -> str:
         """The audit in words: the records of capture 1 that are work (``limit`` of them; ``None``:
@@ -145,10 +135,7 @@ class GraphAudit:
             lines += [f"  {f.where}: {f.op}", f"      {f.code}", f"      {f.words()}"]
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.table()
-
-    __repr__ = __str__
+    __str__ = __repr__ = table
 
     def _repr_html_(self) -> str:
         n = max(len(self.captures), max((len(f.values) for f in self.flags), default=0))
@@ -201,7 +188,7 @@ def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor] | No
                   backend: str | None = None) -> CaptureRecord:
     """Capture ``fn()`` once in a new :class:`Graph` (``backend`` as there) and return its record
     (:meth:`Graph.audit`). A refused capture is reported in the record, never raised."""
-    graph = Graph(backend)
+    labels, graph = check_labels(labels), Graph(backend)
     try:
         with graph.capture(labels):
             fn()

@@ -2,34 +2,31 @@
 
 What it reproduces
 ------------------
-- **Recording.** The capture's record (:mod:`c2graph.graphs.op_record`, the record the capture
-  audit reads too): every torch op at the dispatch level and every Triton launch where Triton's
-  launcher is entered (:mod:`c2graph.graphs.triton_launches`), with every argument that is not a
-  tensor frozen at its capture-time value: a Python int, a slice's bounds, a list of sizes, a grid.
+- **Recording.** The capture's record (:mod:`c2graph.graphs.op_record`, which the capture audit
+  reads too): every torch op at the dispatch level and every Triton launch where Triton's
+  launcher is entered, every argument that is not a tensor frozen at its capture-time value (a
+  Python int, a slice's bounds, a list of sizes, a grid).
 - **Tensors by their memory.** A record holds each tensor as a view of the memory and shape it
   had at capture, as a CUDA graph holds a pointer: a tensor given other memory afterwards
   (``x.data = y``, ``x.set_(y)``) or a smaller shape (``x.resize_(n)``) is still read and
-  written where and as it was at capture. Only ``copy_`` into the captured memory reaches a
-  replay; rebinding a Python name does not.
+  written where and as it was. Only ``copy_`` into the captured memory reaches a replay.
 - **Custom ops are one node, replayed as launches.** The body of a custom op
   (``torch.library.custom_op``) runs once at capture under the same refusals as the caller's
-  code (see :mod:`c2graph.graphs.refusals`); the torch ops and Triton launches it makes are
-  recorded with the arguments they got, and a replay relaunches those, never the body's Python.
-  So a launcher that sizes its grid from host state, or reads a count with ``.item()``, behaves
-  as under CUDA: frozen, or refused. A launch's grid is evaluated in the captured code: a host
-  read in a grid callable (``k[lambda meta: (int(n.item()),)]``) is refused, as CUDA refuses it.
-  The node list shows one node per custom op, by its name.
+  code (:mod:`c2graph.graphs.refusals`); a replay relaunches the torch ops and Triton launches it
+  made, with the arguments they got, never the body's Python. So a launcher that sizes its grid
+  from host state, or reads a count with ``.item()``, behaves as under CUDA: frozen, or refused.
+  A grid callable is evaluated in the captured code: a host read in it
+  (``k[lambda meta: (int(n.item()),)]``) is refused too.
 - **A capture launches nothing.** Each op does run once, so that tensors made inside the block
   exist (like a graph's private outputs) and the ops' own checks run; but every tensor that
   existed before the capture and was written inside it gets its bytes back when the block ends,
   as a CUDA capture leaves them. Tensors made inside the block hold capture-time values, where a
   CUDA graph's hold garbage until the first replay: read outputs after a replay.
-- **Replay** relaunches the recorded work in order. In-place and ``out=`` ops, and ops whose
-  schema marks an argument as written (``Tensor(a!)``), write the same memory again; an
-  out-of-place op recomputes and copies into the tensor it returned at capture, so outputs are
-  the same objects, overwritten by every replay. Views are not relaunched: they alias memory
-  that the other ops refresh. Bytes that no recorded launch writes (the tail of a padded
-  buffer, memory from ``torch.empty``) keep what they held: stale data persists.
+- **Replay** relaunches the records in order: in-place and ``out=`` ops, and ops whose schema
+  marks an argument as written (``Tensor(a!)``), write the same memory again; an out-of-place op
+  recomputes and copies into the tensor it returned at capture, so outputs are the same objects,
+  overwritten by every replay. Views are not relaunched. Bytes that no launch writes (the tail
+  of a padded buffer, memory from ``torch.empty``) keep what they held: stale data persists.
 - **Random ops** (tag ``nondeterministic_seeded``) draw from the graph's own generator state,
   forked from torch's default CPU generator when capture begins: each replay draws fresh
   numbers, as a CUDA graph does, and replays leave the caller's random stream untouched.
@@ -39,18 +36,16 @@ What it reproduces
 What it does not reproduce
 --------------------------
 - Memory pools, streams and kernel-level concurrency, launch cost and timing. Replay allocates
-  temporaries for out-of-place ops, where a CUDA graph allocates nothing; the tensors a caller
-  can see keep their objects and memory.
+  temporaries for out-of-place ops, where a CUDA graph allocates nothing.
 - Work it cannot see: it records torch ops and Triton launches. Reading ``data_ptr()`` outside a
   custom op is refused, and so is a custom op whose body reads pointers but makes no Triton
   launch: memory reached through a raw pointer is invisible, and replay would skip that work.
   An op from a C++ extension is recorded by the torch ops it dispatches, not its own kernels.
-- Host tensors beside device ones: every tensor of the emulation stands for a device tensor. A
-  CPU scalar tensor in a CUDA op (``x * torch.tensor(2.0)``) is read by CUDA at capture and
-  frozen as a number; the emulation reads it afresh at every replay.
-- A captured tensor grown by ``resize_`` past its memory: torch moves its storage and CUDA
-  replays into the memory it freed (garbage, or another tensor's bytes); the emulation follows
-  the moved storage.
+- Host tensors beside device ones: every tensor here stands for a device tensor. A CPU scalar
+  tensor in a CUDA op (``x * torch.tensor(2.0)``) is read by CUDA at capture and frozen as a
+  number; the emulation reads it afresh at every replay.
+- A captured tensor grown by ``resize_`` past its memory: torch moves its storage, and CUDA
+  replays into the freed memory; the emulation follows the moved storage.
 - Freeing a CUDA graph that finished its capture, in the middle of another capture, invalidates
   that capture (the destruction is a CUDA call it refuses); an emulated graph owns no CUDA
   objects, and freeing one refuses nothing.

@@ -91,13 +91,9 @@ class Graph:
     def __init__(self, backend: str | None = None, *, pool=None):
         backend = default_backend() if backend is None else backend
         if backend not in BACKENDS:
-            raise ValueError(
-                f"backend = {backend!r}; expected 'cuda', 'emulate' or None (CUDA when available)"
-            )
+            raise ValueError(f"backend = {backend!r}; expected 'cuda', 'emulate' or None (CUDA when available)")
         if backend == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                "backend = 'cuda' but torch.cuda.is_available() is False; expected 'emulate' or None"
-            )
+            raise ValueError("backend = 'cuda' but torch.cuda.is_available() is False; expected 'emulate' or None")
         self.backend = backend
         self._impl = _CudaGraph(pool) if backend == "cuda" else EmulatedGraph()
         self._state = "new"
@@ -226,9 +222,8 @@ class _CudaGraph:
     def capturing(self, labels: dict[str, torch.Tensor] | None, stop):
         """Capture the ``with`` block; record it too, unless ``labels`` is ``None`` (yields the record)."""
         # torch warns "The CUDA Graph is empty ... wrong device or stream" when a capture ends with
-        # no node. Here the stream is always the graph's own, so that hint never applies: a graph
-        # is empty because its capture recorded nothing (mostly one that failed first, and its
-        # error already says why), and the emulation is silent there too.
+        # no node. The stream here is always the graph's own: a graph is empty because its capture
+        # recorded nothing (mostly one that failed first, and said why), as the emulation is silent.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
             with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream):

@@ -2,22 +2,18 @@
 
 One record, read twice: the CPU emulation replays it (:mod:`c2graph.graphs.emulation`) and the
 capture audit reads it (:mod:`c2graph.graphs.audit`). :class:`Recording` makes it on either
-backend, from the two places the captured code passes through:
-
-- a ``TorchDispatchMode`` entered inside the capture sees every op the captured code issues, and
-  the ops of a custom op's Python body (the body is run below the mode, with the mode entered again);
-- Triton's launcher, wrapped for the capture (:mod:`c2graph.graphs.triton_launches`), sees every
-  ``kernel[grid](...)``, in the caller's code or in a custom op's body: Triton launches never pass
-  through torch's dispatcher.
+backend: a ``TorchDispatchMode`` entered inside the capture sees every op of the captured code,
+and of a custom op's Python body (run below the mode, with the mode entered again); Triton's
+launcher, wrapped for the capture (:mod:`c2graph.graphs.triton_launches`), sees every
+``kernel[grid](...)``, which never passes through torch's dispatcher.
 
 Each :class:`OpRecord` holds the op's or kernel's name; every argument that is not a tensor, by
-value (a Python int, a list of sizes, a constexpr, a launch's grid: a capture freezes them all);
-every tensor argument by address and shape (:class:`TensorArg`), named when it lies in one of the
-capture's ``labels`` (``"pos[:16]"``), in a tensor an earlier op made during the capture
-(``"temporary of op 3"``) or in a Python number lifted into a tensor; the records of a custom
-op's body; and ``where``, the line of the captured code that issued it (``"model.py:42 in
-forward"``): its innermost frame outside this package, torch and Triton, or, where all of the
-captured code is the package's own, its innermost line in the package.
+value (a Python int, a list of sizes, a constexpr, a launch's grid); every tensor argument by
+address and shape (:class:`TensorArg`), named after the ``labels`` it lies in (``"pos[:16]"``),
+the earlier op that made it (``"temporary of op 3"``) or the Python number lifted into it; the
+records of a custom op's body; and ``where``, the line of the captured code that issued it
+(``"model.py:42 in forward"``): its innermost frame outside this package, torch and Triton, or
+its innermost line in the package where all of the captured code is the package's own.
 """
 
 from __future__ import annotations
@@ -49,12 +45,9 @@ LAUNCH = "Triton launch"
 
 @dataclass(frozen=True)
 class TensorArg:
-    """One tensor argument, as the capture holds it: by address and shape.
-
-    ``written``: whether the op writes it (``None`` for a Triton launch's argument: a pointer
-    handed to the kernel, read or written); ``label``: where it lies (a labelled tensor or a view
-    of one, a temporary made by an earlier op, a Python number, or an unlabelled tensor);
-    ``key``: ``(kind, place, offset, shape, stride)``, what identifies it across captures.
+    """One tensor argument, by address and shape. ``written``: whether the op writes it (``None``:
+    a pointer handed to a Triton kernel); ``label``: where it lies; ``key``: ``(kind, place,
+    offset, shape, stride)``, what identifies it across captures.
     """
 
     name: str
@@ -71,12 +64,9 @@ class TensorArg:
 
 @dataclass(frozen=True)
 class OpRecord:
-    """One op, custom op or Triton launch of a capture, as the capture froze it.
-
-    ``launches``: whether it is work of the graph (a view, an allocation, or a custom op whose body
-    launched nothing is not); ``body``: the records of a custom op's body; ``replay``: how the
-    emulation relaunches it (``None`` on CUDA, where the graph does).
-    """
+    """One op, custom op or Triton launch of a capture. ``launches``: whether it is work of the
+    graph (not a view, an allocation, or a custom op whose body launched nothing); ``body``: a
+    custom op's records; ``replay``: the emulation's relaunch of it (``None`` on CUDA)."""
 
     index: int
     op: str
@@ -90,7 +80,7 @@ class OpRecord:
     replay: Callable[[], object] | None = field(default=None, repr=False, compare=False)
 
     def run(self) -> None:
-        """Relaunch it, as an emulated replay does: its own launch, then its body's."""
+        """Relaunch it as an emulated replay does: its own launch, then its body's."""
         if self.replay is not None:
             self.replay()
         for record in self.body:
@@ -103,11 +93,8 @@ class OpRecord:
 
 @dataclass
 class CaptureRecord:
-    """Everything one capture recorded, in order (a custom op's body under its op's record).
-
-    ``refused``: the first line of the capture's error, where it was refused; ``refused_where``
-    and ``refused_code``: the line of the captured code that made it.
-    """
+    """Everything one capture recorded, in order; where it was refused, ``refused`` (its error's
+    first line), ``refused_where`` and ``refused_code`` (the line of the captured code)."""
 
     records: list[OpRecord]
     refused: str | None = None
@@ -123,16 +110,14 @@ class CaptureRecord:
         return [r for r in self.records if r.launches]
 
     def refuse(self, error: BaseException, stop) -> None:
-        """Note why the capture failed: the first error of ``error``'s chain raised in the captured
-        code (``stop``: the frame that entered the capture), and its line."""
-        chain = [error]
-        while chain[-1].__context__ is not None and len(chain) < 8:
-            chain.append(chain[-1].__context__)
-        for e in reversed(chain):  # the first raised first
-            self.refused_where, self.refused_code = locate(reversed(list(traceback.walk_tb(e.__traceback__))), stop)
-            if self.refused_where:
-                break
-        self.refused = str(e).splitlines()[0] if str(e) else type(e).__name__
+        """Note why the capture failed and where: ``error``, or the error it was raised during
+        (the first one the captured code raised); ``stop``: the frame that entered the capture."""
+        for e in (error.__context__, error):
+            if e is not None:
+                self.refused_where, self.refused_code = locate(reversed(list(traceback.walk_tb(e.__traceback__))), stop)
+                if self.refused_where:
+                    break
+        self.refused = (str(e) or type(e).__name__).splitlines()[0]
         self.refused_where = self.refused_where or "the end of the capture"
 
     def table(self, *, limit: int | None = 12) -> str:
@@ -145,10 +130,7 @@ class CaptureRecord:
             lines.append(f"... {len(nodes) - limit} more records of work")
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.table()
-
-    __repr__ = __str__
+    __str__ = __repr__ = table
 
 
 def record_lines(r: OpRecord, marks: dict[str, str]) -> list[str]:
@@ -167,11 +149,10 @@ def record_lines(r: OpRecord, marks: dict[str, str]) -> list[str]:
 
 def check_labels(labels) -> dict[str, torch.Tensor]:
     """``labels`` as a dict of name -> tensor (``None``: no labels); ``ValueError`` otherwise."""
-    labels = {} if labels is None else labels
-    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(t, torch.Tensor)
-                                               for k, t in labels.items()):
-        raise ValueError(f"labels = {labels!r}; expected a dict of name -> tensor, or None")
-    return labels
+    if labels is None or isinstance(labels, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor)
+                                                          for k, t in labels.items()):
+        return labels or {}
+    raise ValueError(f"labels = {labels!r}; expected a dict of name -> tensor, or None")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -209,22 +190,19 @@ class Recording:
         with RecordMode(self), launches_seen_by(self):
             yield self.record
 
-    def check(self, func, args, kwargs) -> None:
-        """Refuse an op where a capture refuses it."""
+    def check(self, func, args, kwargs) -> None:  # refuse an op where a capture refuses it
+        pass
 
-    def call(self, func, args, kwargs):
-        """Run an op of the captured code."""
+    def call(self, func, args, kwargs):  # run an op of the captured code
         return func(*args, **kwargs)
 
-    def body_guard(self, func, args, kwargs, body: list) -> contextlib.AbstractContextManager:
-        """The context a custom op's body runs in (``body``: its records, as they come)."""
+    def body_guard(self, func, args, kwargs, body: list):  # what a custom op's body runs in
         return contextlib.nullcontext()
 
-    def before_launch(self, tensors: list[torch.Tensor]) -> None:
-        """Called with every Python mode off, just before a Triton launch runs."""
+    def before_launch(self, tensors: list[torch.Tensor]) -> None:  # just before a Triton launch
+        pass
 
-    def replay(self, func, args, kwargs, refresh: tuple = ()):
-        """How a record is relaunched (``None``: the CUDA graph relaunches it)."""
+    def replay(self, func, args, kwargs, refresh: tuple = ()):  # a record's relaunch (CUDA: the graph's)
         return None
 
     def op(self, func, args, kwargs):
@@ -237,7 +215,7 @@ class Recording:
             # it apart as autograd would have, so its parts are refused and recorded one by one.
             with RecordMode(self):
                 return func.decompose(*args, **kwargs)
-        index, (where, code) = self._start()
+        index, where = self._start()
         if func is torch.ops.aten.lift_fresh.default:
             self._note_number(args[0])
         scalars, tensors = self._op_arguments(func, args, kwargs)
@@ -251,12 +229,12 @@ class Recording:
                     self._made[_storage(t)] = f"temporary of op {index}" + (f" (output {k})" if k else "")
         launches = launches_kernel(func) and (func._schema.is_mutable or any(t is not None for t in fresh))
         replay = self.replay(func, args, kwargs, fresh) if launches else None
-        self._sinks[-1].append(OpRecord(index, str(func), "op", launches, scalars, tensors, where, code, replay=replay))
+        self._sinks[-1].append(OpRecord(index, str(func), "op", launches, scalars, tensors, *where, replay=replay))
         return out
 
     def _custom_op(self, func, args, kwargs):
         """Run a custom op's body under this recording; its records go under the op's."""
-        index, (where, code) = self._start()
+        index, where = self._start()
         scalars, tensors = self._op_arguments(func, args, kwargs)
         body: list[OpRecord] = []
         self._sinks.append(body)
@@ -268,13 +246,12 @@ class Recording:
         finally:
             self._sinks.pop()
             # What the body launched is in the graph even if it raised afterwards (as on CUDA).
-            launches = any(r.launches for r in body)
-            self._sinks[-1].append(OpRecord(index, str(func), "custom op", launches, scalars, tensors, where, code,
-                                            tuple(body)))
+            self._sinks[-1].append(OpRecord(index, str(func), "custom op", any(r.launches for r in body), scalars,
+                                            tensors, *where, tuple(body)))
 
     def launch(self, launcher: Callable, kernel, grid, args: tuple, kwargs: dict):
         """Record one Triton launch of the captured code and run it (``launcher``: Triton's own ``run``)."""
-        index, (where, code) = self._start()
+        index, where = self._start()
         if callable(grid):  # evaluated here, in the captured code: a host read in it is refused
             grid = grid(grid_meta(kernel, args, kwargs))
         grid = tuple(int(size) for size in grid)  # a tensor here is read on the host: refused too
@@ -286,13 +263,16 @@ class Recording:
             self.before_launch(tensors_in((args, kwargs)))
             out = launcher(kernel, *args, grid=grid, warmup=False, **kwargs)
         replay = self.replay(lambda *a, **k: launcher(kernel, *a, grid=grid, warmup=False, **k), args, kwargs)
-        self._sinks[-1].append(OpRecord(index, kernel_name(kernel), LAUNCH, True, scalars, tensors, where, code,
-                                        replay=replay))
+        self._sinks[-1].append(OpRecord(index, kernel_name(kernel), LAUNCH, True, scalars, tensors, *where, replay=replay))
         return out
 
     def _start(self) -> tuple[int, tuple[str, str]]:
         self._count += 1
-        return self._count - 1, locate(_stack(), self.stop)
+        frame, frames = sys._getframe(1), []
+        while frame is not None:
+            frames.append((frame, frame.f_lineno))
+            frame = frame.f_back
+        return self._count - 1, locate(frames, self.stop)
 
     def _note_number(self, t: torch.Tensor) -> None:
         """A tensor made from Python data (a number written with ``t[i] = 0.0``): keep its value,
@@ -321,23 +301,19 @@ class Recording:
     def _tensor(self, name: str, t: torch.Tensor, written: bool | None) -> TensorArg:
         storage, (b0, b1) = _storage(t), _byte_range(t)
         shape, stride = tuple(t.shape), tuple(t.stride())
-        if storage in self._numbers:
-            value = self._numbers[storage]
-            return TensorArg(name, written, f"the Python number {value!r}", ("number", value, 0, shape, stride),
-                             shape, storage + b0)
         labelled = [(l1 - l0, label, lt, l0) for label, lt, ls, (l0, l1) in self._labels
                     if ls == storage and l0 <= b0 and b1 <= l1]
-        if labelled:
-            _, label, lt, l0 = min(labelled, key=lambda x: x[0])  # the smallest labelled tensor holding it
-            text = _view_text(label, lt, (b0 - l0) // t.element_size(), shape, stride)
-            key = ("label", label, b0 - l0, shape, stride)
+        if storage in self._numbers:
+            value = self._numbers[storage]
+            text, key = f"the Python number {value!r}", ("number", value, 0)
+        elif labelled:  # the smallest labelled tensor that holds it
+            _, label, lt, l0 = min(labelled, key=lambda x: x[0])
+            text, key = _view_text(label, lt, (b0 - l0) // t.element_size(), shape, stride), ("label", label, b0 - l0)
         elif storage in self._made:
-            text = self._made[storage]
-            key = ("made", text, b0, shape, stride)
+            text, key = self._made[storage], ("made", self._made[storage], b0)
         else:
-            text = f"an unlabelled tensor {list(shape)}"
-            key = ("unlabelled", storage, b0, shape, stride)
-        return TensorArg(name, written, text, key, shape, storage + b0)
+            text, key = f"an unlabelled tensor {list(shape)}", ("unlabelled", storage, b0)
+        return TensorArg(name, written, text, (*key, shape, stride), shape, storage + b0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -369,13 +345,6 @@ def entering_frame():
     while frame is not None and frame.f_code.co_filename in (contextlib.__file__, _MACHINERY[0]):
         frame = frame.f_back
     return frame
-
-
-def _stack():
-    frame = sys._getframe(1)
-    while frame is not None:
-        yield frame, frame.f_lineno
-        frame = frame.f_back
 
 
 def _kernel_keys(args, kwargs) -> torch._C.DispatchKeySet:
@@ -410,24 +379,16 @@ def _view_text(name: str, base: torch.Tensor, offset: int, shape: tuple, stride:
     generic = f"{name} (view {list(shape)} at element {offset})"
     if base.dim() == 0 or not base.is_contiguous():
         return name if offset == 0 and tuple(shape) == tuple(base.shape) else generic
-    index, rest = [], offset
-    for s in base.stride():
-        index.append(rest // s)
-        rest %= s
     moving = {st: n for n, st in zip(shape, stride) if n > 1}  # strides of the view's dims that move
     if len(moving) != sum(1 for n in shape if n > 1):
         return generic
     parts = []
-    for i, s, size in zip(index, base.stride(), base.shape):
-        if size > 1 and s in moving:
-            m = moving.pop(s)
-            if i + m > size:
-                return generic
-            parts.append(":" if (i == 0 and m == size) else f"{i if i else ''}:{i + m}")
-        else:
-            parts.append(str(i))
-    if moving:
-        return generic
+    for s, size in zip(base.stride(), base.shape):
+        i, offset = divmod(offset, s)
+        m = moving.pop(s, None) if size > 1 else None
+        if m is not None and i + m > size:
+            return generic
+        parts.append(str(i) if m is None else ":" if (i == 0 and m == size) else f"{i or ''}:{i + m}")
     while parts and parts[-1] == ":":
         parts.pop()
-    return f"{name}[{', '.join(parts)}]" if parts else name
+    return generic if moving else f"{name}[{', '.join(parts)}]" if parts else name

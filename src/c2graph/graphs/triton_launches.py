@@ -1,15 +1,13 @@
 """How a capture sees a Triton launch: where ``kernel[grid](...)`` enters Triton's launcher.
 
-Triton launches never pass through torch's dispatcher, so no dispatch mode sees them, on either
-backend. Triton's own hooks do not see them whole: ``triton.knobs.runtime.launch_enter_hook`` is
-called by the compiled launcher only (not by the interpreter that runs the kernels on a CPU) and
-is handed the launch's metadata (kernel name, stream), not its arguments; a kernel's
-``add_pre_run_hook`` is handed the arguments but not the grid, and is added kernel by kernel.
-So a capture wraps the launcher itself. ``kernel[grid](*args)`` calls ``kernel.run(*args,
-grid=grid, warmup=False)``, and autotuners and heuristics call the ``run`` of the kernel they
-wrap: ``JITFunction.run`` when Triton compiles (so in triton 3.6 as in 3.9), and
-``InterpretedFunction.run`` under its interpreter (``TRITON_INTERPRET=1``). During a capture
-both are wrapped, on either backend: each launch goes to the capture's
+Triton launches never pass through torch's dispatcher, and Triton's own hooks do not see them
+whole: ``triton.knobs.runtime.launch_enter_hook`` is called by the compiled launcher only (not by
+the interpreter that runs the kernels on a CPU) with the launch's metadata, not its arguments; a
+kernel's ``add_pre_run_hook`` gets the arguments but not the grid. So a capture wraps the
+launcher: ``kernel[grid](*args)`` calls ``kernel.run(*args, grid=grid, warmup=False)``, and
+autotuners and heuristics call the ``run`` of the kernel they wrap: ``JITFunction.run`` when
+Triton compiles (triton 3.6 as 3.9), ``InterpretedFunction.run`` under its interpreter. During a
+capture, on either backend, both hand each launch to the capture's
 :class:`~c2graph.graphs.op_record.Recording`, which evaluates the grid in the captured code (so
 a host read there is refused, as a capture refuses it), records the launch and runs it once.
 """
