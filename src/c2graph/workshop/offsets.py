@@ -4,8 +4,10 @@
   on ragged batches, a full one, one with an empty request and an idle rank's, and compares the
   ``[2, request_slots]`` int32 tensor with the package's (:func:`~c2graph.build_extend_offsets`).
 - :func:`check_refresh` hands the reader's ``refresh_metadata(static, batch)`` the tensors a
-  prefill graph of a fused and a torch layer was captured with, replays the graph after it, and
-  compares every cache and ring with the same batches run eagerly, bitwise.
+  prefill graph of a fused and a torch layer was captured with, checks that each is still itself
+  (object, memory, dtype, shape), replays the graph after it, and compares every cache and ring
+  with the same batches run eagerly, bitwise; where they differ, it names each captured tensor
+  that does not hold the batch's values, never written or written wrong.
 
 Both return a :class:`~c2graph.workshop.CheckResult`; a wrong or unfinished function is reported,
 never raised.
@@ -95,39 +97,41 @@ def check_refresh(refresh_metadata: Callable[[SimpleNamespace, ExtendBatch], Non
     ``raw_out_loc``, ``c2_slot`` and ``extend_offsets`` into the captured tensors ``static.pos``,
     ..., ``static.low_ratio_extend_offsets`` in place. A prefill graph of two layers sharing that
     metadata (one fused, one torch; bucket 16) is replayed after it, batch after batch, and
-    compared with eager."""
+    compared with eager. First, each captured tensor must still be itself: the same object, memory,
+    dtype and shape. Where the graph differs from eager, the line names each captured tensor that
+    does not hold the batch's values, and whether it was never written or written wrong."""
     failed: list[tuple] = []
 
     def cases():
         runner = _refresh_runner()
         runner.static.load_dummy(16)  # a clean start: every row padding
-        refs = []
-        for p in runner.layer_pools:
-            refs.append(p.poison(POISON).clone())
+        refs = [p.poison(POISON).clone() for p in runner.layer_pools]
         alloc = ReqToTokenPool(runner.layers[0].cfg, 4, 64, seed=4)
         out = []
         for i, (what, requests) in enumerate(REFRESH_BATCHES):
             batch = ExtendBatch.build(requests, alloc, request_slots=4, pad_to=16, device=runner.device)
             static = SimpleNamespace(**runner.static.metadata())
-            before = dict(vars(static))
+            before = {name: (t, t.clone(), t.data_ptr()) for name, t in vars(static).items()}
             refresh_metadata(static, batch)
+            changed = _changed_tensors(static, before)
             xs = [layer.random_hidden(batch.live_rows, seed=40 + 2 * i + k) for k, layer in enumerate(runner.layers)]
             runner.project(batch, xs)
             runner.graphs[16].replay()
             wrong = []
-            for k, (layer, x, got, ref) in enumerate(zip(runner.layers, xs, runner.layer_pools, refs)):
+            for layer, x, got, ref in zip(runner.layers, xs, runner.layer_pools, refs):
                 compress(layer, x, batch, ref)
                 bad = [c for c in compare_pools(got, ref, skip_slot0=not layer.use_fused_gate) if not c]
                 if bad:
                     wrong.append(f"{layer_path(layer)} layer: " + ", ".join(_where_differs(c) for c in bad))
                 if bad and not failed:
                     failed.append((got.clone(), ref.clone(), batch, layer_path(layer)))
-            rebound = [name for name, t in before.items() if getattr(static, name) is not t]
             line = what + (": graph == eager, bitwise" if not wrong else ": differs from eager in " + "; ".join(wrong))
-            if rebound:
-                line += (f". You rebound static.{', static.'.join(rebound)} to new tensors: the graph still reads "
-                         "the ones it was captured with; copy_ into them instead")
-            out.append((not wrong and not rebound, line))
+            if changed:
+                line += ". " + changed
+                _refresh_runner.cache_clear()  # its captured tensors are not what its graph reads: build it anew
+            elif wrong:
+                line += ". " + "; ".join(_stale_tensors(static, before, batch))
+            out.append((not wrong and not changed, line))
         return out
 
     def figure():
@@ -140,6 +144,53 @@ def check_refresh(refresh_metadata: Callable[[SimpleNamespace, ExtendBatch], Non
         return None
 
     return run_check("in-place refresh", cases, figure)
+
+
+def _changed_tensors(static: SimpleNamespace, before: dict) -> str:
+    """The captured tensors that are no longer themselves after the refresh, in words ('' if none):
+    rebound to new tensors, or given another dtype, shape or memory (``.data =``, ``set_``,
+    ``resize_``): the graph reads only the memory it was captured with, as it was captured."""
+    rebound = [name for name, (t, _, _) in before.items() if getattr(static, name) is not t]
+    if rebound:
+        return (f"You rebound static.{', static.'.join(rebound)} to new tensors: the graph still reads the ones "
+                "it was captured with; copy_ into them instead")
+    changes: dict[str, list[str]] = {}
+    for name, (t, old, ptr) in before.items():
+        what = [f"dtype {t.dtype} (captured as {old.dtype})"] * (t.dtype != old.dtype)
+        what += [f"shape {list(t.shape)} (captured as {list(old.shape)})"] * (t.shape != old.shape)
+        what += ["other memory"] * (t.data_ptr() != ptr)
+        if what:
+            changes.setdefault(", ".join(what), []).append(f"static.{name}")
+    return "; ".join(f"{', '.join(names)} now {'have' if len(names) > 1 else 'has'} {what}"
+                     for what, names in changes.items()) + (
+        ": the graph reads only the memory it was captured with, as it was; copy_ into it instead" if changes else "")
+
+
+def _stale_tensors(static: SimpleNamespace, before: dict, batch: ExtendBatch) -> list[str]:
+    """Each captured tensor that does not hold the batch's values, and where: never written (it
+    holds what it held before the refresh there) or written wrong."""
+    out = []
+    for name, (t, old, _) in before.items():
+        want = getattr(batch, "extend_offsets" if name == "low_ratio_extend_offsets" else name)
+        differs = t != want
+        if not differs.any():
+            continue
+        padding = t.dim() == 1 and bool((differs.nonzero() >= batch.live_rows).all())
+        hint = f" (the rows that differ are padding rows, from row {batch.live_rows}: they belong to the batch too)"
+        if torch.equal(t, old):
+            out.append(f"static.{name} was never written: it still holds the previous batch's values" + hint * padding)
+            continue
+        unit = "rows" if t.dim() == 1 else "cells"
+        parts = [f"{how} at {unit} {_cells(mask)}" for how, mask in (
+            ("never written", differs & (t == old)), ("written wrong", differs & (t != old))) if mask.any()]
+        out.append(f"static.{name}: " + ", ".join(parts) + hint * padding)
+    return out or ["every captured tensor holds this batch's values: the difference is left from an earlier batch"]
+
+
+def _cells(mask: torch.Tensor) -> str:
+    """``[3, 4, 5, ...]`` or ``[(1, 0), ...]``: where ``mask`` is true, the first six."""
+    where = [tuple(i) if len(i) > 1 else i[0] for i in mask.nonzero().tolist()]
+    return f"{where[:6]}"[:-1] + (", ...]" if len(where) > 6 else "]")
 
 
 def _where_differs(c) -> str:
