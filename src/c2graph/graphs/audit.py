@@ -14,6 +14,7 @@ batches that differ wherever the work could look (starts, counts, live rows) mak
 from __future__ import annotations
 
 import html
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from difflib import SequenceMatcher
@@ -45,7 +46,8 @@ class Flag:
         """How the captures differ, in words."""
         if self.what == "address" and len(set(self.values)) == 1:
             return "read at a different address at each capture"
-        return ", ".join(f"{list(v) if self.what == 'shape' else v} at capture {i + 1}" for i, v in enumerate(self.values))
+        shown = [list(v) if self.what == "shape" else v for v in self.values]
+        return ", ".join(f"{v} at capture {i + 1}" for i, v in enumerate(shown))
 
     def words(self) -> str:
         """What differs, and what to do about it, in words."""
@@ -64,7 +66,8 @@ class Flag:
 
 
 _ADVICE = {
-    "value": "a value from the batch, frozen into the graph; read it from a tensor refreshed (copy_) before each replay",
+    "value": ("a value from the batch, frozen into the graph; read it from a tensor refreshed (copy_) before each "
+              "replay"),
     "grid": ("a grid sized from the batch; size it from static sizes (the bucket, the request slots) and let the "
              "kernel skip what is not live"),
     "shape": "a size from the batch; use static sizes (the bucket) and let the work skip what is not live",
@@ -103,15 +106,15 @@ class GraphAudit:
         return {f.arg for f in self.flags if op is None or op in f.op}
 
     def verdict(self) -> str:
-        if self.refused:
-            return f"NOT OK: a capture was refused at {self.flags[0].where}"
+        """The audit in one line."""
         if self.flags:
-            return f"NOT OK: {len(self.flags)} thing(s) frozen at capture came from the batch"
+            return (f"NOT OK: a capture was refused at {self.flags[0].where}" if self.refused else
+                    f"NOT OK: {len(self.flags)} thing(s) frozen at capture came from the batch")
         records = self.captures[0].flat()
         launches = sum(r.kind == LAUNCH for r in records)
         values, tensors = sum(len(r.scalars) for r in records), sum(len(r.tensors) for r in records)
-        return (f"clean: nothing frozen came from the batch ({len(self.captures)} captures of {len(records)} "
-                f"records, {launches} of them Triton launches: {values} values and grids, {tensors} tensors by address)")
+        return (f"clean: nothing frozen came from the batch ({len(self.captures)} captures, each of {len(records)} "
+                f"record(s), {launches} Triton launch(es): {values} values and grids, {tensors} tensors by address)")
 
     def table(self, *, limit: int | None = 12) -> str:
         """The audit in words: the records of capture 1 that are work (``limit`` of them; ``None``:
@@ -131,20 +134,20 @@ class GraphAudit:
         if hidden:
             lines.append(f"... {hidden} more records of work, none flagged")
         lines.append(f"verdict: {self.verdict()}")
-        for f in self.flags:
-            lines += [f"  {f.where}: {f.op}", f"      {f.code}", f"      {f.words()}"]
+        for (where, code), flags in itertools.groupby(self.flags, key=lambda f: (f.where, f.code)):
+            lines += [f"  {where}: {code}"] + [f"      {f.op}: {f.words()}" for f in flags]
         return "\n".join(lines)
 
     __str__ = __repr__ = table
 
     def _repr_html_(self) -> str:
         n = max(len(self.captures), max((len(f.values) for f in self.flags), default=0))
-        head = "".join(f"<th>{h}</th>" for h in ["where", "op", "argument", *(f"capture {i + 1}" for i in range(n)),
-                                                  "what it means"])
-        rows = "".join(
+        columns = ["where", "line", "op", "argument", *(f"capture {i + 1}" for i in range(n)), "what it means"]
+        head = "".join(f"<th>{h}</th>" for h in columns)
+        rows = "".join(  # a line's code is shown once, on its first row
             "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
-                f"{f.where}: {f.code}", f.op, f.arg, *f.values, *[""] * (n - len(f.values)), f.advice()))
-            + "</tr>" for f in self.flags)
+                f.where, f.code if i == 0 or f.where != self.flags[i - 1].where else "", f.op, f.arg, *f.values,
+                *[""] * (n - len(f.values)), f.advice())) + "</tr>" for i, f in enumerate(self.flags))
         loads = "; ".join(f"capture {i + 1}: {load}" for i, load in enumerate(self.loads))
         table = f"<table><tr>{head}</tr>{rows}</table>" if rows else ""
         return (f"<p><b>{html.escape(self.title)}</b><br>{html.escape(loads)}<br>"
@@ -181,7 +184,8 @@ def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
         captures.append(audit_capture(step, labels, backend=backend))
         if captures[-1].refused:
             break
-    return GraphAudit(f"audit of {_name(step)}", tuple(_name(load) for load in loads), captures, compare(captures))
+    after = tuple(f"after {_name(load, f'loads[{i}]')}" for i, load in enumerate(loads))
+    return GraphAudit(f"audit of {_name(step, 'the step')}", after, captures, compare(captures))
 
 
 def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor] | None = None, *,
@@ -197,9 +201,10 @@ def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor] | No
     return graph.audit()
 
 
-def _name(fn) -> str:
-    name = getattr(fn, "__qualname__", type(fn).__name__)
-    return "a lambda" if "<lambda>" in name else name
+def _name(fn, otherwise: str) -> str:
+    """``"batch_1()"``: how a function is called; ``otherwise`` for a lambda or a callable object."""
+    name = getattr(fn, "__qualname__", "<lambda>")
+    return otherwise if "<lambda>" in name else f"{name}()"
 
 
 def compare(captures: list[CaptureRecord]) -> list[Flag]:

@@ -51,18 +51,8 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
     variant whose capture is refused).
     """
 
-    def __init__(
-        self,
-        layer: SourceLayer,
-        pools: Pools,
-        *,
-        variant: str,
-        buckets: Sequence[int],
-        request_slots: int,
-        capture_rows: int | None = None,
-        warmup_iters: int = 2,
-        capture: bool = True,
-    ):
+    def __init__(self, layer: SourceLayer, pools: Pools, *, variant: str, buckets: Sequence[int], request_slots: int,
+                 capture_rows: int | None = None, warmup_iters: int = 2, capture: bool = True):
         if variant not in VARIANTS:
             raise ValueError(f"variant = {variant!r}; expected one of {sorted(VARIANTS)}")
         if not isinstance(layer, SourceLayer):
@@ -114,7 +104,6 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         elif self.variant == "tensor_from_list":
             offsets = torch.tensor(self.host_offsets, dtype=torch.int32, device=pools.device)
         elif self.variant == "python_ints":
-            offsets = s.extend_offsets
             for r, (start, count) in enumerate(zip(*self.host_offsets)):
                 offsets[0, r].fill_(start)  # a kernel whose scalar argument is frozen
                 offsets[1, r].fill_(count)

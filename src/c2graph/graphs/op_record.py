@@ -135,7 +135,7 @@ class CaptureRecord:
 
 def record_lines(r: OpRecord, marks: dict[str, str]) -> list[str]:
     """A record in words; ``marks``: text to add after an argument, by name."""
-    head = f"{'launch' if r.kind == LAUNCH else 'op'} {r.index}  {r.op}" + ("" if r.launches else "  (launches nothing)")
+    head = f"{'launch' if r.kind == LAUNCH else 'op'} {r.index}  {r.op}" + ("" if r.launches else "  (no work)")
     out = [head + (f"   [{r.where}]" if marks else "")]
     mark = {name: f"  <-- FROM THE BATCH: {text}" for name, text in marks.items()}
     if r.scalars:
@@ -263,7 +263,8 @@ class Recording:
             self.before_launch(tensors_in((args, kwargs)))
             out = launcher(kernel, *args, grid=grid, warmup=False, **kwargs)
         replay = self.replay(lambda *a, **k: launcher(kernel, *a, grid=grid, warmup=False, **k), args, kwargs)
-        self._sinks[-1].append(OpRecord(index, kernel_name(kernel), LAUNCH, True, scalars, tensors, *where, replay=replay))
+        self._sinks[-1].append(OpRecord(index, kernel_name(kernel), LAUNCH, True, scalars, tensors, *where,
+                                        replay=replay))
         return out
 
     def _start(self) -> tuple[int, tuple[str, str]]:

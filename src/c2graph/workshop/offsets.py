@@ -1,4 +1,4 @@
-"""Checks of notebook 04's exercises: the offsets builder and the in-place refresh.
+"""Checks of notebook 04's exercises: the offsets builder, the in-place refresh, and an audit of your own code.
 
 - :func:`check_offsets_builder` calls the reader's ``build_offsets(extend_lens, request_slots)``
   on ragged batches, a full one, one with an empty request and an idle rank's, and compares the
@@ -8,8 +8,11 @@
   (object, memory, dtype, shape), replays the graph after it, and compares every cache and ring
   with the same batches run eagerly, bitwise; where they differ, it names each captured tensor
   that does not hold the batch's values, never written or written wrong.
+- :func:`check_padding_zeroed` audits the reader's ``zero_padding(rows)`` over two batches of
+  :class:`RequestRows` (the static inputs of the notebook's own-code audit) and replays a graph of
+  it captured after the first batch, after the second.
 
-Both return a :class:`~c2graph.workshop.CheckResult`; a wrong or unfinished function is reported,
+All three return a :class:`~c2graph.workshop.CheckResult`; a wrong or unfinished function is reported,
 never raised.
 """
 
@@ -21,6 +24,7 @@ from types import SimpleNamespace
 
 import torch
 
+from .._runtime import DEFAULT_DEVICE
 from ..compressor.batch import ExtendBatch
 from ..compressor.compress import compress, layer_path
 from ..compressor.config import Config
@@ -28,6 +32,8 @@ from ..compressor.pools import POISON
 from ..compressor.extend_offsets import build_extend_offsets
 from ..compressor.model import layer_pools, served_layers
 from ..compressor.req_to_token import ReqToTokenPool
+from ..graphs.audit import audit
+from ..graphs.graph import Graph, warmup
 from ..graphs.prefill_graph import PrefillGraphRunner
 from ..measure.compare import compare_pools
 from .check import CheckResult, run_check
@@ -206,3 +212,72 @@ def _refresh_runner() -> PrefillGraphRunner:
     layers = served_layers(cfg, 2, unfused_every=2, seed=9)
     pools = layer_pools(layers, 4, ReqToTokenPool(cfg, 4, 64).kv_slots)
     return PrefillGraphRunner(layers, pools, buckets=[16], request_slots=4)
+
+
+class RequestRows:
+    """The static inputs of notebook 04's own-code audit: a ragged batch of up to ``SLOTS``
+    requests in ``ROWS`` rows, as a graph reads it, refreshed in place by :meth:`load`.
+
+    - ``x``, ``out``: ``[ROWS]`` fp32, one value per row: what the step reads, and writes
+    - ``offsets``: ``[2, SLOTS]`` int32, first row and row count of each request slot (the
+      layout of ``low_ratio_extend_offsets``); ``scales``: ``[SLOTS]`` fp32, a factor per request
+    - ``host_offsets``, ``host_scales``, ``live``: the same on the host, as an eager path keeps them
+    """
+
+    SLOTS, ROWS = 4, 16
+    BATCHES = (((5, 2.0), (3, 3.0)), ((4, 0.5), (2, 4.0), (6, 1.5)))  # (rows, scale) of each request
+
+    def __init__(self, device=DEFAULT_DEVICE):
+        f32 = dict(dtype=torch.float32, device=device)
+        self.x, self.out = torch.zeros(self.ROWS, **f32), torch.zeros(self.ROWS, **f32)
+        self.scales = torch.zeros(self.SLOTS, **f32)
+        self.offsets = torch.zeros(2, self.SLOTS, dtype=torch.int32, device=device)
+        self.host_offsets, self.host_scales, self.live = [[], []], [], 0
+
+    def describe(self, k: int) -> str:
+        """Batch ``k`` in words."""
+        rows = ", ".join(f"{n} rows x {f}" for n, f in self.BATCHES[k])
+        return f"batch {k + 1}: {len(self.BATCHES[k])} requests ({rows})"
+
+    def load(self, k: int) -> None:
+        """Load batch ``k``: fresh rows, its offsets and scales ``copy_``'d in place, and the host lists."""
+        lens = [n for n, _ in self.BATCHES[k]]
+        scales = [f for _, f in self.BATCHES[k]] + [0.0] * (self.SLOTS - len(lens))
+        offsets = build_extend_offsets(lens, self.SLOTS)
+        self.x.copy_(torch.rand(self.ROWS, generator=torch.Generator().manual_seed(k)) + 1.0)
+        self.offsets.copy_(offsets)
+        self.scales.copy_(torch.tensor(scales))
+        self.host_offsets, self.host_scales, self.live = offsets.tolist(), scales, sum(lens)
+
+
+def check_padding_zeroed(zero_padding: Callable[[RequestRows], None]) -> CheckResult:
+    """Check the reader's ``zero_padding(rows)``: zero ``rows.out`` past the batch's live rows and
+    leave the live rows as they are, in a graph. The audit over batch 1 then batch 2 must be clean
+    (else each flag, with its line), and a graph captured after batch 1 and replayed after batch 2
+    (``out`` filled with a poison first) must zero exactly batch 2's padding rows."""
+
+    def cases():
+        rows = RequestRows()
+        found = audit(lambda: zero_padding(rows), [lambda: rows.load(0), lambda: rows.load(1)])
+        verdict = f"the audit over batch 1, then batch 2: {found.verdict()}"
+        out = [(found.ok, "; ".join([verdict, *map(str, found.flags)]))]
+        if found.refused:
+            return out
+        rows.load(0)
+        warmup(lambda: zero_padding(rows), iters=1)
+        graph = Graph()
+        with graph.capture():
+            zero_padding(rows)
+        rows.load(1)
+        rows.out.fill_(POISON)
+        graph.replay()
+        want = torch.where(torch.arange(rows.ROWS) < rows.live, POISON, 0.0)
+        bad = (rows.out.cpu() != want).nonzero().flatten().tolist()
+        what = f"a graph captured after batch 1, replayed after batch 2 ({rows.live} live rows): "
+        if bad:
+            out.append((False, what + f"rows {bad} wrong (rows from {rows.live} must be 0, the live rows untouched)"))
+        else:
+            out.append((True, what + f"rows {rows.live} to {rows.ROWS - 1} zeroed, the live rows untouched"))
+        return out
+
+    return run_check("zero the padding rows", cases)
