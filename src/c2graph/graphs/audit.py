@@ -112,9 +112,8 @@ class GraphAudit:
                     f"NOT OK: {len(self.flags)} thing(s) frozen at capture came from the batch")
         records = self.captures[0].flat()
         launches = sum(r.kind == LAUNCH for r in records)
-        values, tensors = sum(len(r.scalars) for r in records), sum(len(r.tensors) for r in records)
         return (f"clean: nothing frozen came from the batch ({len(self.captures)} captures, each of {len(records)} "
-                f"record(s), {launches} Triton launch(es): {values} values and grids, {tensors} tensors by address)")
+                f"record(s), {launches} Triton launch(es), compared value by value, grid by grid, tensor by tensor)")
 
     def table(self, *, limit: int | None = 12) -> str:
         """The audit in words: the records of capture 1 that are work (``limit`` of them; ``None``:
@@ -134,8 +133,9 @@ class GraphAudit:
         if hidden:
             lines.append(f"... {hidden} more records of work, none flagged")
         lines.append(f"verdict: {self.verdict()}")
+        labels = {r.index: f"{r.label} " for r in self.captures[0].flat()}
         for (where, code), flags in itertools.groupby(self.flags, key=lambda f: (f.where, f.code)):
-            lines += [f"  {where}: {code}"] + [f"      {f.op}: {f.words()}" for f in flags]
+            lines += [f"  {where}: {code}"] + [f"      {labels.get(f.index, '')}{f.op}: {f.words()}" for f in flags]
         return "\n".join(lines)
 
     __str__ = __repr__ = table

@@ -86,6 +86,11 @@ class OpRecord:
         for record in self.body:
             record.run()
 
+    @property
+    def label(self) -> str:
+        """``"op 3"`` or ``"launch 4"``: what it is, and its place in the capture."""
+        return f"{'launch' if self.kind == LAUNCH else 'op'} {self.index}"
+
     def flat(self) -> list[OpRecord]:
         """This record, then its body's, in capture order."""
         return [self, *(r for record in self.body for r in record.flat())]
@@ -135,7 +140,7 @@ class CaptureRecord:
 
 def record_lines(r: OpRecord, marks: dict[str, str]) -> list[str]:
     """A record in words; ``marks``: text to add after an argument, by name."""
-    head = f"{'launch' if r.kind == LAUNCH else 'op'} {r.index}  {r.op}" + ("" if r.launches else "  (no work)")
+    head = f"{r.label}  {r.op}" + ("" if r.launches else "  (no work)")
     out = [head + (f"   [{r.where}]" if marks else "")]
     mark = {name: f"  <-- FROM THE BATCH: {text}" for name, text in marks.items()}
     if r.scalars:
