@@ -373,8 +373,8 @@ def test_python_values_and_slices_from_the_batch_are_flagged_static_sizes_are_no
                      labels={"x": x, "out": out})
     flags = {(f.op, f.arg, f.what, f.values) for f in found.flags}
     assert flags == {("aten.mul.Tensor", "other", "value", (2.0, 4.0)), ("aten.slice.Tensor", "end", "value", (3, 5)),
-                     ("aten.add_.Tensor", "self", "shape", ((3,), (5,)))}, flags
-    assert "`self` has shape [3] at capture 1, [5] at capture 2" in found.table()
+                     ("aten.add_.Tensor", "self", "view", ("out[:3]", "out[:5]"))}, flags
+    assert "`self` is out[:3] at capture 1, out[:5] at capture 2: a view of the same tensor" in found.table()
     assert {"x", "out", "out[:3]"} <= {t.label for r in found.captures[0].records for t in r.tensors}
 
 

@@ -30,7 +30,7 @@ from .op_record import LAUNCH, CaptureRecord, OpRecord, check_labels, record_lin
 @dataclass(frozen=True)
 class Flag:
     """Something frozen that differs between the captures: it came from the batch. ``what``:
-    ``"value"``, ``"grid"``, ``"shape"``, ``"address"``, ``"launches"`` (their number or order) or
+    ``"value"``, ``"grid"``, ``"view"``, ``"address"``, ``"launches"`` (their number or order) or
     ``"refused"``; ``values``: one per capture; ``where``/``code``: the line that issued it;
     ``index``: its record in capture 1."""
 
@@ -46,14 +46,13 @@ class Flag:
         """How the captures differ, in words."""
         if self.what == "address" and len(set(self.values)) == 1:
             return "read at a different address at each capture"
-        shown = [list(v) if self.what == "shape" else v for v in self.values]
-        return ", ".join(f"{v} at capture {i + 1}" for i, v in enumerate(shown))
+        return ", ".join(f"{v} at capture {i + 1}" for i, v in enumerate(self.values))
 
     def words(self) -> str:
         """What differs, and what to do about it, in words."""
         if self.what == "refused":
             return f"the capture was refused: {self.values[0]}"
-        subject = {"launches": "launched", "grid": "grid =", "shape": f"`{self.arg}` has shape",
+        subject = {"launches": "launched", "grid": "grid =", "view": f"`{self.arg}` is",
                    "address": f"`{self.arg}` is", "value": f"`{self.arg}` ="}[self.what]
         return f"{subject} {self.difference()}: {self.advice()}"
 
@@ -70,7 +69,8 @@ _ADVICE = {
               "replay"),
     "grid": ("a grid sized from the batch; size it from static sizes (the bucket, the request slots) and let the "
              "kernel skip what is not live"),
-    "shape": "a size from the batch; use static sizes (the bucket) and let the work skip what is not live",
+    "view": ("a view of the same tensor, sized or placed by the batch; use static sizes (the bucket) and let the "
+             "work skip what is not live"),
     "address": ("a new tensor per batch, while the graph keeps the one it was captured with; copy_ each batch into "
                 "one static tensor"),
     "launches": ("the number or order of launches came from the batch (a loop over its requests?); launch once, "
@@ -248,8 +248,8 @@ def _differences(records: list[OpRecord]) -> list[Flag]:
             continue
         if all(u.key[0] == "number" for u in same):
             what, values = "value", tuple(u.key[1] for u in same)
-        elif all(u.key[:3] == t.key[:3] for u in same):
-            what, values = "shape", tuple(u.shape for u in same)
+        elif all(u.key[:2] == t.key[:2] for u in same):  # the same tensor: another part of it, or another shape
+            what, values = "view", tuple(u.label for u in same)
         else:
             what, values = "address", tuple(u.label for u in same)
         flags.append(Flag(a.where, a.op, t.name, what, values, a.code, a.index))
