@@ -104,6 +104,7 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
         elif self.variant == "tensor_from_list":
             offsets = torch.tensor(self.host_offsets, dtype=torch.int32, device=pools.device)
         elif self.variant == "python_ints":
+            offsets = s.extend_offsets
             for r, (start, count) in enumerate(zip(*self.host_offsets)):
                 offsets[0, r].fill_(start)  # a kernel whose scalar argument is frozen
                 offsets[1, r].fill_(count)
