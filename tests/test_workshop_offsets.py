@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 
 from c2graph.workshop import CheckResult  # noqa: E402
-from c2graph.workshop.offsets import check_offsets_builder, check_refresh  # noqa: E402
+from c2graph.workshop.offsets import check_offsets_builder, check_padding_zeroed, check_refresh  # noqa: E402
 
 METADATA = ("pos", "req", "raw_out_loc", "c2_slot")
 
@@ -108,3 +108,23 @@ def test_refresh_check():
     assert not moved.ok and "static.pos, static.req, static.raw_out_loc, static.c2_slot, static.low_ratio_extend_offsets now have other memory" in str(moved), str(moved)
     assert "not written yet" in str(check_refresh(stub))
     assert check_refresh(refresh_metadata).ok, "a check leaves nothing behind for the next one"
+
+
+def zero_padding(rows):
+    """Right: the live row count read from the offsets tensor, on the device."""
+    live = rows.offsets[1].sum()
+    rows.out.masked_fill_(torch.arange(rows.ROWS, device=rows.out.device) >= live, 0.0)
+
+
+def zero_padding_from_python_int(rows):
+    """Wrong: the live row count as a Python int, frozen into the slice at capture."""
+    rows.out[rows.live:].zero_()
+
+
+def test_padding_check():
+    ok = check_padding_zeroed(zero_padding)
+    assert ok.ok and len(ok.lines) == 2 and "rows 12 to 15 zeroed" in str(ok), str(ok)
+    frozen = check_padding_zeroed(zero_padding_from_python_int)
+    assert not frozen.ok and "`start` = 8 at capture 1, 12 at capture 2" in frozen.lines[0], str(frozen)
+    assert "in zero_padding_from_python_int" in frozen.lines[0] and "rows [8, 9, 10, 11] wrong" in frozen.lines[1]
+    assert "not written yet" in str(check_padding_zeroed(stub))
