@@ -1,23 +1,286 @@
-"""The capture audit: it names what a capture froze from the batch, and flags nothing that is static.
+"""The capture audit (``c2graph.audit``) on code the package did not write, and on the package's own.
 
-Both directions are pinned: every broken variant of notebook 03 is caught by the frozen value that
-breaks it, and the fixed runner (one layer, or many with fused and torch layers mixed) is clean.
-The same tests run on CUDA graphs where CUDA is present (``make gpu-test``).
+The programs below are written the way an engine developer might write them: a ragged batch of
+requests, each request's rows scaled by its own factor, by raw Triton launches and a custom op.
+Each is audited over two batches (two requests, then three) on both graph backends, and each gets
+its verdict with ``where`` naming its own line in this file. Every buggy program also replays
+wrong, and the correct one right: the audit's verdict is checked against a replay.
 """
 
 from __future__ import annotations
 
+import c2graph  # noqa: I001  (first: decides TRITON_INTERPRET before Triton is imported)
+
+import inspect
+
 import pytest
 import torch
+import triton
+import triton.language as tl
+from graph_backends import EMULATE, backend, device_of, needs_triton  # noqa: F401  (backend: a fixture)
 from support import make_case
 
 import c2graph as c2
 from c2graph.compressor.model import layer_pools, model_preset
-from c2graph.graphs.audit import audit_batch, audit_capture, audit_twice, compare_captures, recording
+from c2graph.graphs.audit import audit_batch, audit_capture
 from c2graph.graphs.broken_offsets import BrokenOffsetsRunner
+from c2graph.graphs.graph import Graph, warmup
 
 HOST_COPY = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"
-DEV = c2.DEFAULT_DEVICE
+SLOTS, ROWS, BLOCK = 4, 16, 16
+# Two batches: (first row, row count, scale) of each request.
+BATCHES = [[(0, 3, 2.0), (3, 5, 3.0)], [(0, 4, 0.5), (4, 2, 4.0), (6, 6, 1.5)]]
+HOST: dict[str, list] = {}  # a host dict of the batch being run, as an eager launcher keeps one
+
+
+@triton.jit
+def _scale_request(x_ptr, out_ptr, start, count, scale, BLOCK: tl.constexpr):
+    """``out[start : start + count] = x[...] * scale``: one request, given as Python scalars."""
+    rows = start + tl.arange(0, BLOCK)
+    mask = rows < start + count
+    tl.store(out_ptr + rows, tl.load(x_ptr + rows, mask=mask) * scale, mask=mask)
+
+
+@triton.jit
+def _scale_slots(x_ptr, out_ptr, starts_ptr, counts_ptr, scales_ptr, first_slot, BLOCK: tl.constexpr):
+    """Program ``p`` scales request slot ``first_slot + p``, its rows and scale read from tensors."""
+    r = first_slot + tl.program_id(0)
+    start, count, scale = tl.load(starts_ptr + r), tl.load(counts_ptr + r), tl.load(scales_ptr + r)
+    rows = start + tl.arange(0, BLOCK)
+    mask = rows < start + count
+    tl.store(out_ptr + rows, tl.load(x_ptr + rows, mask=mask) * scale, mask=mask)
+
+
+@triton.jit
+def _scale_rows(x_ptr, out_ptr, row_scale_ptr, n, BLOCK: tl.constexpr):
+    """Program ``p`` scales rows ``[p * BLOCK, (p + 1) * BLOCK)`` below ``n``, each by its row's scale."""
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = rows < n
+    tl.store(out_ptr + rows, tl.load(x_ptr + rows, mask=mask) * tl.load(row_scale_ptr + rows, mask=mask), mask=mask)
+
+
+@torch.library.custom_op("c2graph_test::scale_from_host_", mutates_args=("out",))
+def scale_from_host_(x: torch.Tensor, out: torch.Tensor) -> None:
+    """Scale every request slot of the batch in ``HOST``, reading its values from the host dict."""
+    for start, count, scale in zip(HOST["starts"], HOST["counts"], HOST["scales"]):
+        _scale_request[(1,)](x, out, start, count, scale, BLOCK=BLOCK)
+
+
+class Batch:
+    """The static inputs a graph reads (rows ``x``, per-slot ``starts``, ``counts``, ``scales``, per-row
+    ``row_scale``), the output ``out``, and what an eager path keeps on the host."""
+
+    def __init__(self, dev: str):
+        self.x, self.out, self.row_scale = (torch.zeros(ROWS, device=dev) for _ in range(3))
+        self.starts = torch.zeros(SLOTS, dtype=torch.int32, device=dev)
+        self.counts = torch.zeros(SLOTS, dtype=torch.int32, device=dev)
+        self.scales = torch.zeros(SLOTS, device=dev)
+        self.fresh_starts = self.starts
+        self.kept: list[torch.Tensor] = []  # every fresh tensor stays alive: a graph holds only a pointer
+        self.live, self.requests = 0, 0
+
+    def load(self, k: int) -> None:
+        """Load batch ``k``: fresh random rows, then its offsets and scales, in place (and on the host)."""
+        requests = BATCHES[k]
+        self.live, self.requests = sum(n for _, n, _ in requests), len(requests)
+        pad = SLOTS - len(requests)
+        starts = [s for s, _, _ in requests] + [self.live] * pad
+        counts = [n for _, n, _ in requests] + [0] * pad
+        scales = [f for _, _, f in requests] + [0.0] * pad
+        self.x.copy_(torch.rand(ROWS, generator=torch.Generator().manual_seed(k)) + 1.0)
+        for static, values in ((self.starts, starts), (self.counts, counts), (self.scales, scales)):
+            static.copy_(torch.tensor(values, dtype=static.dtype))
+        self.row_scale.copy_(torch.tensor([f for _, n, f in requests for _ in range(n)] + [0.0] * (ROWS - self.live)))
+        self.fresh_starts = torch.tensor(starts, dtype=torch.int32, device=self.x.device)
+        self.kept.append(self.fresh_starts)
+        HOST.update(starts=starts, counts=counts, scales=scales)
+
+    def expected(self) -> torch.Tensor:
+        """The live rows of ``out`` after a correct step: each row times its request's scale."""
+        return self.x[: self.live] * self.row_scale[: self.live]
+
+
+# The programs, one a row of the table: five buggy ways, then the correct one.
+
+
+def per_request_ints(b: Batch) -> None:
+    for r in range(SLOTS):
+        _scale_request[(1,)](b.x, b.out, HOST["starts"][r], HOST["counts"][r], HOST["scales"][r], BLOCK=BLOCK)
+
+
+def launch_per_request(b: Batch) -> None:
+    for r in range(b.requests):
+        _scale_slots[(1,)](b.x, b.out, b.starts, b.counts, b.scales, r, BLOCK=BLOCK)
+
+
+def grid_from_live_rows(b: Batch) -> None:
+    _scale_rows[(triton.cdiv(b.live, 4),)](b.x, b.out, b.row_scale, ROWS, BLOCK=4)
+
+
+def fresh_starts_tensor(b: Batch) -> None:
+    _scale_slots[(SLOTS,)](b.x, b.out, b.fresh_starts, b.counts, b.scales, 0, BLOCK=BLOCK)
+
+
+def host_dict_in_custom_op(b: Batch) -> None:
+    scale_from_host_(b.x, b.out)
+
+
+def static_and_refreshed(b: Batch) -> None:
+    _scale_slots[(SLOTS,)](b.x, b.out, b.starts, b.counts, b.scales, 0, BLOCK=BLOCK)
+
+
+# program -> (what is flagged, the argument names flagged, the function whose line issues it)
+VERDICTS = {
+    per_request_ints: ("value", {"count", "scale", "start"}, per_request_ints),
+    launch_per_request: ("launches", {"launches"}, launch_per_request),
+    grid_from_live_rows: ("grid", {"grid"}, grid_from_live_rows),
+    fresh_starts_tensor: ("address", {"starts_ptr"}, fresh_starts_tensor),
+    host_dict_in_custom_op: ("value", {"count", "scale", "start"}, scale_from_host_),
+    static_and_refreshed: (None, set(), None),
+}
+
+
+def launch_line(fn) -> tuple[int, str]:
+    """The line number and text of the one Triton launch in ``fn``'s source."""
+    lines, first = inspect.getsourcelines(inspect.unwrap(getattr(fn, "_init_fn", fn)))
+    k = next(i for i, line in enumerate(lines) if "](" in line)
+    return first + k, lines[k].strip()
+
+
+@pytest.mark.parametrize("program", VERDICTS, ids=lambda fn: fn.__name__)
+def test_each_program_gets_its_verdict_with_its_own_line(backend, program):
+    needs_triton(backend)
+    what, args, culprit = VERDICTS[program]
+    b = Batch(device_of(backend))
+    found = c2.audit(lambda: program(b), [lambda: b.load(0), lambda: b.load(1)],
+                     labels={"x": b.x, "out": b.out, "starts": b.starts}, backend=backend)
+    assert found.ok == (what is None), found
+    assert {f.what for f in found.flags} == ({what} if what else set()), found
+    assert found.flagged() == args, found
+    if culprit is not None:
+        line, text = launch_line(culprit)
+        name = getattr(culprit, "__name__", None) or culprit._init_fn.__name__
+        assert {(f.where, f.code) for f in found.flags} == {(f"test_audit.py:{line} in {name}", text)}, found
+        assert found.verdict().startswith("NOT OK") and all(f.words() in found.table() for f in found.flags)
+    else:  # the kernel's arguments were looked at, every one
+        (launch,) = found.nodes()
+        assert launch.op == "_scale_slots" and dict(launch.scalars)["grid"] == (SLOTS,)
+        assert {t.label for t in launch.tensors} >= {"x", "out", "starts"}
+        assert found.verdict().startswith("clean") and "1 Triton launch(es)" in found.verdict()
+
+
+@pytest.mark.parametrize("program", VERDICTS, ids=lambda fn: fn.__name__)
+def test_the_verdict_matches_a_replay_on_the_second_batch(backend, program):
+    """Captured after batch 1, replayed after batch 2: the flagged programs replay wrong, the clean one right."""
+    needs_triton(backend)
+    b = Batch(device_of(backend))
+    b.load(0)
+    warmup(lambda: program(b), iters=1)
+    g = Graph(backend)
+    with g.capture():
+        program(b)
+    b.load(1)
+    b.out.fill_(float("nan"))  # poison: a row the replay does not write stays NaN
+    g.replay()
+    right = torch.equal(b.out[: b.live], b.expected())
+    assert right == (VERDICTS[program][0] is None), (b.out, b.expected())
+
+
+def test_only_the_buggy_function_of_two_is_flagged(backend):
+    needs_triton(backend)
+    b = Batch(device_of(backend))
+    second = torch.zeros(ROWS, device=device_of(backend))
+
+    def correct_part():
+        _scale_slots[(SLOTS,)](b.x, b.out, b.starts, b.counts, b.scales, 0, BLOCK=BLOCK)
+
+    def buggy_part():
+        for r in range(SLOTS):
+            _scale_request[(1,)](b.x, second, HOST["starts"][r], HOST["counts"][r], HOST["scales"][r], BLOCK=BLOCK)
+
+    def step():
+        correct_part()
+        buggy_part()
+
+    found = c2.audit(step, [lambda: b.load(0), lambda: b.load(1)], backend=backend)
+    assert not found.ok and {f.where.rsplit(" in ", 1)[1] for f in found.flags} == {"buggy_part"}, found
+
+
+def test_three_batches_show_three_values(backend):
+    needs_triton(backend)
+    b = Batch(device_of(backend))
+    found = c2.audit(lambda: per_request_ints(b), [lambda: b.load(0), lambda: b.load(1), lambda: b.load(0)],
+                     backend=backend)
+    count = next(f for f in found.flags if f.arg == "count")
+    assert count.values == (3, 4, 3) and "3 at capture 1, 4 at capture 2, 3 at capture 3" in str(count)
+    html = found._repr_html_()
+    assert html.count("<tr>") == len(found.flags) + 1 and "capture 3" in html and "per_request_ints" in html
+
+
+def test_a_refused_capture_is_a_finding_with_its_line(backend):
+    b = Batch(device_of(backend))
+
+    def reads_counts_on_the_host():
+        return [int(n) for n in b.counts.tolist()]
+
+    found = c2.audit(reads_counts_on_the_host, [lambda: b.load(0), lambda: b.load(1)], backend=backend)
+    assert not found.ok and found.refused.startswith(HOST_COPY) and len(found.captures) == 1
+    (flag,) = found.flags
+    assert flag.what == "refused" and flag.code == "return [int(n) for n in b.counts.tolist()]"
+    assert flag.where.startswith("test_audit.py:") and flag.where.endswith("in reads_counts_on_the_host")
+    assert "NOT OK: a capture was refused at test_audit.py:" in found.table()
+
+
+def test_graph_audit_is_one_capture_and_says_why_a_capture_was_refused(backend):
+    dev = device_of(backend)
+    x = torch.ones(4, device=dev)
+    g = Graph(backend)
+    with pytest.raises(RuntimeError, match=HOST_COPY):
+        with g.capture(labels={"x": x}):
+            x.mul_(2)
+            x.tolist()
+    record = g.audit()
+    assert [r.op for r in record.nodes()] == ["aten.mul_.Tensor"] and record.refused.startswith(HOST_COPY)
+    assert record.refused_code == "x.tolist()" and "in test_graph_audit_is_one" in record.refused_where
+    assert "capture refused at test_audit.py:" in record.table()
+
+
+def test_one_record_is_replayed_and_audited():
+    """The emulation replays the very record its audit lists (no second recorder)."""
+    x = torch.ones(4)
+    g = Graph(EMULATE)
+    with g.capture(labels={"x": x}):
+        x.mul_(2)
+    assert g.audit().records is g._impl._records
+    g.replay()
+    assert x.tolist() == [2.0] * 4
+
+
+def test_bad_arguments_are_refused_before_anything_changes(backend):
+    loaded = []
+    load = lambda: loaded.append(1)  # noqa: E731
+    with pytest.raises(TypeError, match="step is a int"):
+        c2.audit(3, [load, load])
+    with pytest.raises(ValueError, match="loads = .*two or more callables"):
+        c2.audit(lambda: None, [load])
+    with pytest.raises(ValueError, match="labels = .*expected a dict of name -> tensor"):
+        c2.audit(lambda: None, [load, load], labels={"x": 1})
+    with pytest.raises(ValueError, match="backend = 'gpu'"):
+        c2.audit(lambda: None, [load, load], backend="gpu")
+    assert loaded == []
+    x = torch.zeros(2, device=device_of(backend))
+    g = Graph(backend)
+    with pytest.raises(ValueError, match="labels = "):
+        with g.capture(labels=[x]):
+            pass
+    with g.capture(labels={"x": x}):  # the graph is still new: a bad labels changed nothing
+        x.add_(1)
+    g.replay()
+    assert x.tolist() == [1.0, 1.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# The package's own prefill graph runner and its broken variants (notebook 04)
 
 
 def variant_audit(variant: str, **kw):
@@ -29,9 +292,9 @@ def variant_audit(variant: str, **kw):
 def test_the_fixed_runner_reads_the_offsets_by_address_and_freezes_only_static_sizes():
     layer, _, pools = make_case(seed=1)
     runner = c2.PrefillGraphRunner(layer, pools, buckets=[16, 32], request_slots=4)
-    audit = runner.audit(16)
-    assert audit.ok and audit.flags == [] and audit.refused is None
-    (node,) = audit.nodes()
+    found = runner.audit(16)
+    assert found.ok and found.flags == [] and found.refused is None
+    (node,) = found.nodes()
     assert node.op == "c2graph.fused_compress.default"
     assert dict(node.scalars) == {"eps": layer.cfg.eps, "ring_size": 2, "grid_rows": 16}
     reads = {t.name: t.label for t in node.tensors if not t.written}
@@ -39,60 +302,66 @@ def test_the_fixed_runner_reads_the_offsets_by_address_and_freezes_only_static_s
     assert reads["extend_offsets"] == "low_ratio_extend_offsets"
     assert reads["projected"] == "projected[:16]" and reads["pos"] == "pos[:16]"
     assert writes == {"ring": "ring", "kv_cache": "kv_cache", "index_k": "index_k", "latent_out": "latent[:16]"}
-    assert "FROM THE BATCH" not in audit.table() and "nothing frozen came from the batch" in audit.table()
+    (launch,) = node.body  # the kernel's own arguments are compared too
+    assert launch.kind == "Triton launch" and dict(launch.scalars)["num_rows"] == 16
+    assert "FROM THE BATCH" not in found.table() and found.verdict().startswith("clean")
 
 
-@pytest.mark.parametrize("variant, call", [("tolist", "Tensor.tolist"), ("tensor_from_list", "tensor")])
-def test_a_refused_capture_is_reported_with_the_call_it_died_in(variant, call):
-    audit = variant_audit(variant)
-    assert not audit.ok and audit.second is None
-    assert audit.refused.startswith(HOST_COPY) and f"(in {call} [graphs/broken_offsets.py: _compress])" in audit.refused
-    assert "capture refused" in audit.table()
+@pytest.mark.parametrize("variant, call", [("tolist", ".tolist()"), ("tensor_from_list", "torch.tensor(")])
+def test_a_refused_variant_is_reported_with_its_line(variant, call):
+    found = variant_audit(variant)
+    assert not found.ok and len(found.captures) == 1 and found.refused.startswith(HOST_COPY)
+    (flag,) = found.flags
+    assert flag.where.startswith("broken_offsets.py:") and flag.where.endswith(" in _compress") and call in flag.code
 
 
 def test_python_ints_flag_the_frozen_fill_values_of_the_offsets():
-    audit = variant_audit("python_ints")
-    assert not audit.ok and audit.flags
-    for flag in audit.flags:
-        record = audit.first.records[flag.index]
+    found = variant_audit("python_ints")
+    assert not found.ok and found.flags
+    records = {r.index: r for r in found.captures[0].flat()}
+    for flag in found.flags:
         assert (flag.op, flag.arg, flag.what) == ("aten.fill_.Scalar", "value", "value")
-        assert record.tensors[0].label.startswith("low_ratio_extend_offsets[")
+        assert records[flag.index].tensors[0].label.startswith("low_ratio_extend_offsets[")
+        assert flag.where.startswith("broken_offsets.py:") and ".fill_(" in flag.code
     # the dummy's count in slot 0 (all 32 rows) against the ragged batch's first request (8 rows)
-    flagged = {audit.first.records[f.index].tensors[0].label: (f.first, f.second) for f in audit.flags}
+    flagged = {records[f.index].tensors[0].label: f.values for f in found.flags}
     assert flagged["low_ratio_extend_offsets[1, 0]"] == (32, 8)
     assert "low_ratio_extend_offsets[0, 0]" not in flagged, "0 in both captures: not told apart"
-    assert audit.flagged("fused_compress") == set(), "the kernel itself reads the tensor by address"
+    assert found.flagged("fused_compress") == set(), "the kernel itself reads the tensor by address"
 
 
 def test_rebound_flags_the_offsets_tensor_read_at_a_new_address_each_batch():
-    audit = variant_audit("rebound")
-    assert [(f.op, f.arg, f.what) for f in audit.flags] == [("c2graph.fused_compress.default", "extend_offsets",
-                                                            "address")]
-    assert "read at a different address in each capture" in audit.table()
+    found = variant_audit("rebound")
+    flags = [(f.op, f.arg, f.what) for f in found.flags]
+    assert flags == [("c2graph.fused_compress.default", "extend_offsets", "address"),
+                     ("fused_compress_kernel", "offsets_ptr", "address")]
+    assert "read at a different address at each capture" in found.table()
 
 
 def test_grid_from_batch_flags_the_frozen_grid():
-    audit = variant_audit("grid_from_batch", capture_rows=9)
-    assert [(f.arg, f.first, f.second) for f in audit.flags] == [("grid_rows", 9, 24)]
+    found = variant_audit("grid_from_batch", capture_rows=9)
+    flags = {(f.op, f.arg): f.values for f in found.flags}
+    assert flags[("c2graph.fused_compress.default", "grid_rows")] == (9, 24)
+    assert flags[("fused_compress_kernel", "grid")] == ((1,), (2,)), "the launch's own grid"
 
 
 def test_a_model_of_fused_and_torch_layers_is_clean():
     layers = model_preset("tiny", seed=2)
     pools = layer_pools(layers, 4, 64)
     runner = c2.PrefillGraphRunner(layers, pools, buckets=[16], request_slots=4)
-    audit = runner.audit(16)
-    assert audit.ok, audit.table(limit=0)
-    fused = [r for r in audit.nodes() if r.op == "c2graph.fused_compress.default"]
+    found = runner.audit(16)
+    assert found.ok, found.table(limit=0)
+    fused = [r for r in found.nodes() if r.op == "c2graph.fused_compress.default"]
     assert [t.label for r in fused for t in r.tensors if t.name == "projected"] == [
         "projected[layer 0]", "projected[layer 2]"]
     if runner.graphs[16].backend == "emulate":  # on CUDA, nodes are kernels: not one per op
-        assert len(audit.nodes()) == len(runner.nodes(16))
+        assert len(found.nodes()) == len(runner.nodes(16))
 
 
-def test_audit_twice_tells_batch_values_from_static_sizes():
-    """A Python int and a slice bound taken from the batch are flagged; sizes and copy_ are not."""
-    x = torch.arange(16.0, device=DEV)
-    out = torch.zeros(16, device=DEV)
+def test_python_values_and_slices_from_the_batch_are_flagged_static_sizes_are_not():
+    """A Python float and a slice bound taken from the batch are flagged; sizes and copy_ are not."""
+    x = torch.arange(16.0, device=c2.DEFAULT_DEVICE)
+    out = torch.zeros(16, device=c2.DEFAULT_DEVICE)
     batch = {"n": 3, "scale": 2.0}
 
     def work():
@@ -100,42 +369,37 @@ def test_audit_twice_tells_batch_values_from_static_sizes():
         out[: batch["n"]].add_(1.0)    # a slice bound from the batch
         out.mul_(x.shape[0])           # a static size
 
-    def load(n, scale):
-        return lambda: batch.update(n=n, scale=scale)
-
-    audit = audit_twice(work, load(3, 2.0), load(5, 4.0), {"x": x, "out": out}, title="t", batches=("a", "b"))
-    flags = {(f.op, f.arg, f.what, str(f.first), str(f.second)) for f in audit.flags}
-    assert ("aten.mul.Tensor", "other", "value", "2.0", "4.0") in flags, flags
-    assert ("aten.slice.Tensor", "end", "value", "3", "5") in flags
-    assert ("aten.add_.Tensor", "self", "shape", "(3,)", "(5,)") in flags
-    assert len(flags) == 3, flags
-    assert not any(f.first == 16 for f in audit.flags), "the static size is not flagged"
-    labels = {t.label for r in audit.first.records for t in r.tensors}
-    assert {"x", "out", "out[:3]"} <= labels
+    found = c2.audit(work, [lambda: batch.update(n=3, scale=2.0), lambda: batch.update(n=5, scale=4.0)],
+                     labels={"x": x, "out": out})
+    flags = {(f.op, f.arg, f.what, f.values) for f in found.flags}
+    assert flags == {("aten.mul.Tensor", "other", "value", (2.0, 4.0)), ("aten.slice.Tensor", "end", "value", (3, 5)),
+                     ("aten.add_.Tensor", "self", "view", ("out[:3]", "out[:5]"))}, flags
+    assert "`self` is out[:3] at capture 1, out[:5] at capture 2: a view of the same tensor" in found.table()
+    assert {"x", "out", "out[:3]"} <= {t.label for r in found.captures[0].records for t in r.tensors}
 
 
 def test_audit_capture_records_and_names_temporaries_and_python_numbers():
-    x = torch.ones(4, 2, device=DEV)
-    y = torch.zeros(4, 2, device=DEV)
+    x = torch.ones(4, 2, device=c2.DEFAULT_DEVICE)
+    y = torch.zeros(4, 2, device=c2.DEFAULT_DEVICE)
 
     def work():
         t = x * 3
         y.copy_(t)
         y[-1, :1] = 0.5
 
-    records = audit_capture(work, {"x": x, "y": y})
-    assert records.refused is None
-    ops = [r.op for r in records.records if r.launches]
+    record = audit_capture(work, {"x": x, "y": y})
+    assert record.refused is None
+    ops = [r.op for r in record.nodes()]
     assert ops[:2] == ["aten.mul.Tensor", "aten.copy_.default"], ops
-    copy = next(r for r in records.records if r.op == "aten.copy_.default")
+    copy = next(r for r in record.records if r.op == "aten.copy_.default")
     assert [t.label for t in copy.tensors] == ["y", "temporary of op 0"]
-    fill = [r for r in records.records if r.launches][-1]  # y[-1, :1] = 0.5: a fill of the view
+    fill = record.nodes()[-1]  # y[-1, :1] = 0.5: a fill of the view
     assert fill.tensors[0].label == "y[3, 0]" and fill.tensors[0].written, fill
     # the number is frozen either way: lifted from Python into a tensor, or an op's scalar
-    lifted = {t.label for r in records.records for t in r.tensors if t.label.startswith("the Python number")}
-    scalars = {v for r in records.records for _, v in r.scalars}
-    assert lifted == {"the Python number 0.5"} or 0.5 in scalars, records.records
-    assert compare_captures(records, audit_capture(work, {"x": x, "y": y})) == []
+    lifted = {t.label for r in record.records for t in r.tensors if t.label.startswith("the Python number")}
+    scalars = {v for r in record.records for _, v in r.scalars}
+    assert lifted == {"the Python number 0.5"} or 0.5 in scalars, record.records
+    assert all(r.where.startswith("test_audit.py:") and r.where.endswith(" in work") for r in record.records)
 
 
 def test_the_audit_batch_is_ragged_and_writes_nothing():
@@ -144,25 +408,7 @@ def test_the_audit_batch_is_ragged_and_writes_nothing():
     batch = audit_batch(runner, 32)
     assert [tuple(r) for r in batch.requests] == [(0, 1, 8), (1, 0, 8), (2, 3, 8)]
     assert batch.extend_offsets.tolist() == [[0, 8, 16, 24], [8, 8, 8, 0]]
-    assert int(batch.raw_out_loc.abs().sum()) == 0 and batch.num_rows == 32
+    assert batch.pos[:9].tolist() == [1, 2, 3, 4, 5, 6, 7, 8, 0] and batch.req[8:17].tolist() == [1] * 8 + [2]
+    assert int(batch.raw_out_loc.abs().sum()) == 0 and int(batch.c2_slot.abs().sum()) == 0 and batch.num_rows == 32
     with pytest.raises(ValueError, match="bucket = 8; expected one of the runner's buckets"):
         runner.audit(8)
-    with pytest.raises(ValueError, match="labels"):
-        audit_capture(lambda: None, {"x": 1})
-
-
-def test_recording_inside_a_capture_leaves_the_graph_working():
-    """What ``Graph.audit`` can build on: the records of a capture that still replays."""
-    x = torch.ones(4, device=DEV)
-    graph = c2.Graph()
-    with graph.capture(), recording({"x": x}) as records:
-        x.mul_(2)
-    assert [(r.op, r.scalars, [t.label for t in r.tensors]) for r in records.records] == [
-        ("aten.mul_.Tensor", (("other", 2),), ["x"])]
-    graph.replay()
-    graph.replay()
-    assert x.tolist() == [4.0] * 4
-    with pytest.raises(RuntimeError, match=HOST_COPY):
-        with c2.Graph().capture(), recording({"x": x}) as refused:
-            x.tolist()
-    assert refused.refused.startswith(HOST_COPY) and "(in Tensor.tolist [your code:" in refused.refused

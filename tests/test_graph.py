@@ -259,19 +259,31 @@ def test_capture_fn_warms_up_then_captures(backend):
     assert out.tolist() == [11.0] * 3 and len(calls) == 3
 
 
-def test_resized_input_after_capture(backend):
+# Ways to give a captured tensor ``x`` other memory, or a smaller shape, after the capture.
+SWAPS = {
+    "data": lambda x, other: setattr(x, "data", other),
+    "set_": lambda x, other: x.set_(other),
+    "resize_": lambda x, other: x.resize_(2),  # the same memory, a smaller shape
+}
+
+
+@pytest.mark.parametrize("swap", SWAPS)
+def test_a_tensor_given_other_memory_after_capture_is_replayed_where_it_was(backend, swap):
+    """A graph holds the memory and shape each tensor had at capture: replays read and write there."""
     dev = device_of(backend)
     x = torch.arange(4.0, device=dev)
+    captured = x.view(4)  # the captured memory, kept alive and writable (a CUDA graph holds only its pointer)
     g = Graph(backend)
     with g.capture():
         y = x * 2
-    x.resize_(2)  # the same storage, a smaller shape
-    if backend == EMULATE:  # on purpose: the emulation checks what CUDA cannot
-        with pytest.raises(RuntimeError, match="a dynamic shape got through"):
-            g.replay()
-    else:
-        g.replay()  # CUDA checks nothing: it replays the old pointer and grid
-        assert y.shape == (4,) and y.tolist() == [0.0, 2.0, 4.0, 6.0]
+        x.add_(1)
+    other = torch.full((4,), 100.0, device=dev)
+    SWAPS[swap](x, other)
+    captured.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0], device=dev))
+    g.replay()
+    assert y.tolist() == [2.0, 4.0, 6.0, 8.0] and captured.tolist() == [2.0, 3.0, 4.0, 5.0]
+    assert x.tolist() == ([2.0, 3.0] if swap == "resize_" else [100.0] * 4)  # x follows its new memory
+    assert other.tolist() == [100.0] * 4
 
 
 # ---------------------------------------------------------------------------------------------

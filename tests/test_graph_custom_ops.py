@@ -15,7 +15,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from graph_backends import EMULATE, add_one_, backend, device_of, needs_triton  # noqa: F401
+from graph_backends import EMULATE, INVALID_901, SYNC_900, add_one_, backend, device_of, needs_triton  # noqa: F401
 
 from c2graph.graphs.graph import Graph
 
@@ -152,16 +152,29 @@ def test_raw_pointer_outside_a_launch_is_refused():
     assert x.tolist() == [0.0] * 4
 
 
-def test_a_grid_read_from_a_tensor_is_refused():
-    """Emulation only: a launch's grid is host ints, so a tensor in it is read on the host, a sync.
+# A launch's grid that reads a tensor's value on the host: a tensor in the grid tuple (Triton reads
+# it with int()), or a grid callable that calls .item(). Both are host syncs inside the capture.
+HOST_GRIDS = {
+    "tensor_in_grid": lambda n: (n,),
+    "item_in_grid_callable": lambda n: lambda meta: (int(n.item()),),
+}
 
-    The emulation refuses it with code 900 and invalidates the capture, as it does ``.item()``.
-    """
-    needs_triton(EMULATE)
-    x = torch.zeros(4)
-    programs = torch.tensor(1)
-    with pytest.raises(RuntimeError, match="operation failed due to a previous error during capture"):
-        with Graph(EMULATE).capture():
-            with pytest.raises(RuntimeError, match="reads a tensor's value on the host"):
-                _add_scalar_kernel[(programs,)](x, 4, 1.0, BLOCK=4)
-    assert x.tolist() == [0.0] * 4
+
+@pytest.mark.parametrize("grid", HOST_GRIDS)
+def test_a_grid_read_on_the_host_is_refused(backend, grid):
+    """Code 900, and the capture is invalid (901 at its end), as for ``.item()`` in the caller's code."""
+    needs_triton(backend)
+    dev = device_of(backend)
+    x = torch.zeros(4, device=dev)
+    programs = torch.tensor(1, device=dev)
+    _add_scalar_kernel[(1,)](x, 4, 1.0, BLOCK=4)  # compiled outside the capture (x == 1)
+    g = Graph(backend)
+    with pytest.raises(RuntimeError, match=INVALID_901):
+        with g.capture():
+            with pytest.raises(RuntimeError, match=SYNC_900) as first:
+                _add_scalar_kernel[HOST_GRIDS[grid](programs)](x, 4, 1.0, BLOCK=4)
+            if backend == EMULATE:  # the emulation names what it refused; CUDA names nothing
+                assert "aten._local_scalar_dense.default reads a tensor's value on the host" in str(first.value)
+    assert x.tolist() == [1.0] * 4
+    with pytest.raises(RuntimeError, match="capture failed"):
+        g.replay()

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import torch  # noqa: E402
 
 from c2graph.workshop import CheckResult  # noqa: E402
-from c2graph.workshop.offsets import check_offsets_builder, check_refresh  # noqa: E402
+from c2graph.workshop.offsets import check_offsets_builder, check_padding_zeroed, check_refresh  # noqa: E402
 
 METADATA = ("pos", "req", "raw_out_loc", "c2_slot")
 
@@ -64,6 +64,20 @@ def refresh_live_rows_only(static, batch):
     static.low_ratio_extend_offsets.copy_(batch.extend_offsets)
 
 
+def refresh_without_c2_slot(static, batch):
+    """Wrong: forgets one of the captured tensors."""
+    for name in METADATA[:3]:
+        getattr(static, name)[: batch.num_rows].copy_(getattr(batch, name))
+    static.low_ratio_extend_offsets.copy_(batch.extend_offsets)
+
+
+def refresh_by_data(static, batch):
+    """Wrong: gives the captured tensors the batch's memory (``.data =``); the graph keeps the old memory."""
+    for name in METADATA:
+        getattr(static, name).data = getattr(batch, name)
+    static.low_ratio_extend_offsets.data = batch.extend_offsets
+
+
 def test_offsets_builder_check():
     ok = check_offsets_builder(build_offsets)
     assert isinstance(ok, CheckResult) and ok.ok and ok.figure is None, str(ok)
@@ -85,5 +99,32 @@ def test_refresh_check():
     assert not stale.ok, str(stale)
     assert [line.startswith("pass") for line in stale.lines][:2] == [True, True]
     assert stale.lines[2].startswith("FAIL: a smaller batch after a larger one"), stale.lines
+    assert "static.req: never written at rows [5, 6, 7" in stale.lines[2], stale.lines
+    assert "are padding rows, from row 3: they belong to the batch too" in stale.lines[2], stale.lines
+    forgot = check_refresh(refresh_without_c2_slot)
+    assert not forgot.ok and "static.c2_slot was never written" in str(forgot), str(forgot)
+    assert "static.pos was" not in str(forgot), "only the tensor that was not refreshed is named"
+    moved = check_refresh(refresh_by_data)
+    assert not moved.ok and "static.pos, static.req, static.raw_out_loc, static.c2_slot, static.low_ratio_extend_offsets now have other memory" in str(moved), str(moved)
     assert "not written yet" in str(check_refresh(stub))
     assert check_refresh(refresh_metadata).ok, "a check leaves nothing behind for the next one"
+
+
+def zero_padding(rows):
+    """Right: the live row count read from the offsets tensor, on the device."""
+    live = rows.offsets[1].sum()
+    rows.out.masked_fill_(torch.arange(rows.ROWS, device=rows.out.device) >= live, 0.0)
+
+
+def zero_padding_from_python_int(rows):
+    """Wrong: the live row count as a Python int, frozen into the slice at capture."""
+    rows.out[rows.live:].zero_()
+
+
+def test_padding_check():
+    ok = check_padding_zeroed(zero_padding)
+    assert ok.ok and len(ok.lines) == 2 and "rows 12 to 15 zeroed" in str(ok), str(ok)
+    frozen = check_padding_zeroed(zero_padding_from_python_int)
+    assert not frozen.ok and "`start` = 8 at capture 1, 12 at capture 2" in frozen.lines[0], str(frozen)
+    assert "in zero_padding_from_python_int" in frozen.lines[0] and "rows [8, 9, 10, 11] wrong" in frozen.lines[1]
+    assert "not written yet" in str(check_padding_zeroed(stub))

@@ -98,3 +98,6 @@ from .compressor.model import layer_pools, model_preset, served_layers  # noqa: 
 from .graphs.audit import GraphAudit, audit_capture  # noqa: E402
 
 __all__ += ["GraphAudit", "audit_capture", "layer_pools", "model_preset", "served_layers"]
+from .graphs.audit import audit  # noqa: E402  (c2graph.audit: audit your own step)
+
+__all__ += ["audit"]

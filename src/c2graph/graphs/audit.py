@@ -1,260 +1,258 @@
-"""A capture audit: what did this graph freeze, and which of it came from the batch seen at capture?
+"""The capture audit: what did a graph freeze from the batch it was captured with?
 
 Every silent graph bug of the prefill story is a value frozen at capture that should have been
-read at replay. A capture freezes, per node, every argument that is not a tensor (a Python int,
-float or bool, a list of sizes) and every tensor by its address. The audit records them while
-the work is captured:
-
-- :func:`recording` (entered inside any capture) and :func:`audit_capture` (which captures
-  ``fn()`` in a new :class:`~c2graph.graphs.graph.Graph` with it) record with the modes of
-  :mod:`c2graph.graphs.op_record`: a ``TorchDispatchMode`` that sees every op the captured code
-  issues (it sits above a CUDA graph and above the CPU emulation alike) and records its name, its
-  non-tensor arguments by value, and its tensor arguments by address, read or written, labelled
-  when they lie in one of the ``labels`` tensors (``"low_ratio_extend_offsets"``,
-  ``"pos[:32]"``); and a ``TorchFunctionMode`` that names the call a refused capture died in.
-- :func:`audit_twice` captures the same work twice, with two different batches loaded (the same
-  static sizes), and compares: a value that differs between the two captures, or a tensor read at
-  an address (or of a shape) that differs, was taken from the batch, not from static sizes. A
-  value equal in both captures may still come from a batch; two batches that differ everywhere
-  the work could look (starts, counts, live rows) make that unlikely.
-- :func:`audit_runner` does this for a prefill graph runner's bucket: the dummy batch, then a
-  ragged one (:func:`audit_batch`).
-
-Tensors made during the capture (temporaries) are named by the op that made them, so their
-addresses, which may differ between two captures, are not mistaken for batch contents.
+read at replay: a per-request Python int in a kernel's arguments, a grid sized from the live
+rows, a fresh tensor per batch read at its old address, one launch per request. :func:`audit`
+captures a step once per batch loaded and compares the captures' records (:mod:`c2graph.graphs.
+op_record`, the records the CPU emulation replays): a scalar argument, a grid, a tensor's address
+or shape, or the number and order of launches that differ came from the batch. Each :class:`Flag`
+names the line that issued it. A value equal in every capture may still come from a batch:
+batches that differ wherever the work could look (starts, counts, live rows) make that unlikely.
+:func:`audit_runner` audits a prefill graph runner's bucket: the dummy batch, then a ragged one.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import html
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from difflib import SequenceMatcher
 
 import torch
 
-from ..compressor.batch import ExtendBatch, Request
-from ..compressor.extend_offsets import build_extend_offsets
+from ..compressor.batch import ExtendBatch
+from ..compressor.req_to_token import ReqToTokenPool
 from .graph import Graph, warmup
-from .op_record import CallWatch, OpRecord, Recorder
-
-
-@dataclass
-class CaptureRecords:
-    """Every op of one capture, in order; ``refused`` is the capture's error (first line, and the
-    call it died in) when the capture was refused."""
-
-    records: list[OpRecord]
-    refused: str | None = None
-
-    def nodes(self) -> list[OpRecord]:
-        """The records that launch work (one graph node each, or more on CUDA)."""
-        return [r for r in self.records if r.launches]
-
-    def table(self, *, limit: int | None = 12) -> str:
-        """Per op that launches work: what it froze, read and wrote (up to ``limit`` ops; ``None``: all)."""
-        if self.refused:
-            return f"capture refused: {self.refused}"
-        nodes = self.nodes()
-        lines = [line for r in nodes[:limit] for line in _record_lines(r, [])]
-        if limit is not None and len(nodes) > limit:
-            lines.append(f"... {len(nodes) - limit} more ops that launch work")
-        return "\n".join(lines)
-
-    def __str__(self) -> str:
-        return self.table()
-
-    __repr__ = __str__
+from .op_record import LAUNCH, CaptureRecord, OpRecord, check_labels, record_lines
 
 
 @dataclass(frozen=True)
 class Flag:
-    """A frozen argument that differs between the two captures: it came from the batch."""
+    """Something frozen that differs between the captures: it came from the batch. ``what``:
+    ``"value"``, ``"grid"``, ``"view"``, ``"address"``, ``"launches"`` (their number or order) or
+    ``"refused"``; ``values``: one per capture; ``where``/``code``: the line that issued it;
+    ``index``: its record in capture 1."""
 
-    index: int
+    where: str
     op: str
     arg: str
-    what: str  # "value", "address", "shape" or "op"
-    first: object
-    second: object
+    what: str
+    values: tuple
+    code: str = ""
+    index: int = -1
 
     def difference(self) -> str:
-        """How the two captures differ, in words."""
-        if self.what == "address" and self.first == self.second:
-            return "read at a different address in each capture"
-        if self.what == "value":
-            return f"{self.first!r} in capture 1, {self.second!r} in capture 2"
-        return f"{self.what} {self.first} in capture 1, {self.second} in capture 2"
+        """How the captures differ, in words."""
+        if self.what == "address" and len(set(self.values)) == 1:
+            return "read at a different address at each capture"
+        return ", ".join(f"{v} at capture {i + 1}" for i, v in enumerate(self.values))
+
+    def words(self) -> str:
+        """What differs, and what to do about it, in words."""
+        if self.what == "refused":
+            return f"the capture was refused: {self.values[0]}"
+        subject = {"launches": "launched", "grid": "grid =", "view": f"`{self.arg}` is",
+                   "address": f"`{self.arg}` is", "value": f"`{self.arg}` ="}[self.what]
+        return f"{subject} {self.difference()}: {self.advice()}"
+
+    def advice(self) -> str:
+        """What to do about it (a refused capture: its error)."""
+        return self.values[0] if self.what == "refused" else _ADVICE[self.what]
 
     def __str__(self) -> str:
-        if self.what == "op":
-            return f"op {self.index}: the captured work itself changed: {self.first} vs {self.second}"
-        return f"op {self.index} {self.op}: {self.arg}: {self.difference()}"
+        return f"{self.where}: {self.op}: {self.words()}"
+
+
+_ADVICE = {
+    "value": ("a value from the batch, frozen into the graph; read it from a tensor refreshed (copy_) before each "
+              "replay"),
+    "grid": ("a grid sized from the batch; size it from static sizes (the bucket, the request slots) and let the "
+             "kernel skip what is not live"),
+    "view": ("a view of the same tensor, sized or placed by the batch; use static sizes (the bucket) and let the "
+             "work skip what is not live"),
+    "address": ("a new tensor per batch, while the graph keeps the one it was captured with; copy_ each batch into "
+                "one static tensor"),
+    "launches": ("the number or order of launches came from the batch (a loop over its requests?); launch once, "
+                 "over static sizes, and let the kernel skip empty request slots"),
+}
 
 
 @dataclass
 class GraphAudit:
-    """Two captures of the same work with two batches loaded, and the arguments that differ.
-
-    ``ok``: the capture was not refused and nothing it froze came from the batch.
-    """
+    """Captures of one step, each after another batch was loaded, and what differs between them
+    (``flags``, a refused capture among them). Prints as text; renders as a table in Jupyter."""
 
     title: str
-    batches: tuple[str, str]
-    first: CaptureRecords
-    second: CaptureRecords | None
-    flags: list[Flag] = field(default_factory=list)
-
-    @property
-    def refused(self) -> str | None:
-        return self.first.refused or (self.second.refused if self.second else None)
+    loads: tuple[str, ...]
+    captures: list[CaptureRecord]
+    flags: list[Flag]
 
     @property
     def ok(self) -> bool:
-        return self.refused is None and not self.flags
+        return not self.flags
+
+    @property
+    def refused(self) -> str | None:
+        """The first refused capture's error, or ``None``."""
+        return next((c.refused for c in self.captures if c.refused), None)
 
     def nodes(self) -> list[OpRecord]:
-        """The records of the first capture that launch work (one graph node each, or more on CUDA)."""
-        return [r for r in self.first.records if r.launches]
+        """The records of capture 1 that are work of the graph."""
+        return self.captures[0].nodes()
 
     def flagged(self, op: str | None = None) -> set[str]:
-        """Names of the flagged arguments (of one op, given its name or a part of it)."""
+        """The flagged arguments' names (of one op or kernel: its name, or a part of it)."""
         return {f.arg for f in self.flags if op is None or op in f.op}
 
-    def table(self, *, limit: int | None = 12) -> str:
-        """The audit in words: per op that launches work, what it froze, read and wrote; flags marked ``<-- FROM THE BATCH``.
-
-        Nodes with a flag are always shown; others up to ``limit`` (``None``: all).
-        """
-        lines = [self.title, f"  captured with (1) {self.batches[0]}", f"           and (2) {self.batches[1]}"]
-        if self.refused:
-            return "\n".join(lines + [f"capture refused: {self.refused}"])
-        flagged = {f.index: [] for f in self.flags}
-        for f in self.flags:
-            flagged[f.index].append(f)
-        shown, hidden = 0, 0
-        for r in self.first.records:
-            if not (r.launches or r.index in flagged):
-                continue
-            if r.index not in flagged and limit is not None and shown >= limit:
-                hidden += 1
-                continue
-            shown += 1
-            lines += _record_lines(r, flagged.get(r.index, []))
-        if hidden:
-            lines.append(f"... {hidden} more ops that launch work, none flagged")
+    def verdict(self) -> str:
+        """The audit in one line."""
         if self.flags:
-            lines.append(f"verdict: {len(self.flags)} frozen argument(s) came from the batch seen at capture")
-        else:
-            lines.append("verdict: nothing frozen came from the batch: the values are static sizes and "
-                         "every tensor is read at an address that does not change")
+            return (f"NOT OK: a capture was refused at {self.flags[0].where}" if self.refused else
+                    f"NOT OK: {len(self.flags)} thing(s) frozen at capture came from the batch")
+        records = self.captures[0].flat()
+        launches = sum(r.kind == LAUNCH for r in records)
+        return (f"clean: nothing frozen came from the batch ({len(self.captures)} captures, each of {len(records)} "
+                f"record(s), {launches} Triton launch(es), compared value by value, grid by grid, tensor by tensor)")
+
+    def table(self, *, limit: int | None = 12) -> str:
+        """The audit in words: the records of capture 1 that are work (``limit`` of them; ``None``:
+        all) or flagged, marked ``<-- FROM THE BATCH``, then the verdict and each flag with its line."""
+        lines = [self.title] + [f"  capture {i + 1}: {load}" for i, load in enumerate(self.loads)]
+        marks: dict[int, dict[str, str]] = {}
+        for f in self.flags:
+            marks.setdefault(f.index, {})[f.arg] = f.difference()
+        work = {r.index for r in self.captures[0].nodes()}
+        shown = hidden = 0
+        for r in self.captures[0].flat():
+            if r.index in marks or (r.index in work and (limit is None or shown < limit)):
+                shown += r.index not in marks
+                lines += record_lines(r, marks.get(r.index, {}))
+            elif r.index in work:
+                hidden += 1
+        if hidden:
+            lines.append(f"... {hidden} more records of work, none flagged")
+        lines.append(f"verdict: {self.verdict()}")
+        labels = {r.index: f"{r.label} " for r in self.captures[0].flat()}
+        for (where, code), flags in itertools.groupby(self.flags, key=lambda f: (f.where, f.code)):
+            lines += [f"  {where}: {code}"] + [f"      {labels.get(f.index, '')}{f.op}: {f.words()}" for f in flags]
         return "\n".join(lines)
 
-    def __str__(self) -> str:
-        return self.table()
+    __str__ = __repr__ = table
 
-    __repr__ = __str__
-
-
-def _record_lines(r: OpRecord, flags: list[Flag]) -> list[str]:
-    by_arg = {f.arg: f for f in flags}
-    head = f"op {r.index}  {r.op}" + ("" if r.launches else "  (launches nothing)")
-    if flags:
-        head += f"   [{r.where}]"
-    out = [head]
-    if r.scalars:
-        out.append("    froze:  " + ", ".join(_mark(f"{n}={v!r}", by_arg.get(n)) for n, v in r.scalars))
-    for written, word in ((False, "reads: "), (True, "writes:")):
-        tensors = [t for t in r.tensors if t.written == written]
-        plain = [str(t) for t in tensors if t.name not in by_arg]
-        if plain:
-            out.append(f"    {word} " + ", ".join(plain))
-        out += [f"    {word} " + _mark(str(t), by_arg[t.name]) for t in tensors if t.name in by_arg]
-    return out
-
-
-def _mark(text: str, flag: Flag | None) -> str:
-    if flag is None:
-        return text
-    return f"{text}  <-- FROM THE BATCH: {flag.difference()}"
+    def _repr_html_(self) -> str:
+        n = max(len(self.captures), max((len(f.values) for f in self.flags), default=0))
+        columns = ["where", "line", "op", "argument", *(f"capture {i + 1}" for i in range(n)), "what it means"]
+        head = "".join(f"<th>{h}</th>" for h in columns)
+        rows = "".join(  # a line's code is shown once, on its first row
+            "<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in (
+                f.where, f.code if i == 0 or f.where != self.flags[i - 1].where else "", f.op, f.arg, *f.values,
+                *[""] * (n - len(f.values)), f.advice())) + "</tr>" for i, f in enumerate(self.flags))
+        loads = "; ".join(f"capture {i + 1}: {load}" for i, load in enumerate(self.loads))
+        table = f"<table><tr>{head}</tr>{rows}</table>" if rows else ""
+        return (f"<p><b>{html.escape(self.title)}</b><br>{html.escape(loads)}<br>"
+                f"<b>{html.escape(self.verdict())}</b></p>{table}")
 
 
 # ---------------------------------------------------------------------------------------------
 # Capturing and comparing
 
 
-@contextlib.contextmanager
-def recording(labels: dict[str, torch.Tensor]):
-    """Record every op issued inside the ``with`` block: enter it inside a capture (any backend).
+def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
+          labels: dict[str, torch.Tensor] | None = None, backend: str | None = None) -> GraphAudit:
+    """Capture ``step()`` once per batch and flag what the captures froze from the batch.
 
-    Yields a :class:`CaptureRecords` that fills as the block runs; when the block raises (a
-    refused capture), ``refused`` says why (its error's first line and the call it died in) and
-    the error goes on.
+    ``step``: the work to capture, a callable with no arguments, reading static inputs (tensors
+    that keep their address). ``loads``: two or more callables, each loading one batch into those
+    inputs (as before a replay: by ``copy_``, or however the code under audit does it). Per load:
+    ``load()``, one eager call of ``step`` (so lazy set-up, such as Triton's compiling, stays out
+    of the capture), then one capture in a new :class:`Graph` (``backend`` as there). ``labels``
+    names tensors (``{"starts": starts}``) so that a flag can say which one an argument lies in.
+    A refused capture is a finding (a flag with its line), never an exception; an exception of
+    ``load`` or of the eager call goes on.
     """
-    if not isinstance(labels, dict) or not all(isinstance(t, torch.Tensor) for t in labels.values()):
-        raise ValueError("labels must be a dict of name -> tensor")
-    recorder, watch = Recorder(labels), CallWatch()
-    records = CaptureRecords(recorder.records)
-    try:
-        with watch, recorder:
-            yield records
-    except Exception as e:
-        at = watch.refused_at or recorder.error_op
-        records.refused = f"{str(e).splitlines()[0]} ({f'in {at}' if at else 'at the end of the capture'})"
-        raise
-
-
-def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor], *, backend: str | None = None
-                  ) -> CaptureRecords:
-    """Capture ``fn()`` in a new :class:`Graph` (``backend`` as there) and record every op it issues
-    (:func:`recording`). ``labels``: tensors to name by where an argument lies. A refused capture is
-    reported in ``refused``, never raised."""
-    records = None
-    try:
-        with Graph(backend).capture(), recording(labels) as records:
-            fn()
-    except Exception as e:  # a refused capture is the finding, not a failure of the audit
-        if records is None:  # refused before recording began
-            raise
-        if records.refused is None:  # the capture failed as it ended
-            records.refused = f"{str(e).splitlines()[0]} (at the end of the capture)"
-    return records
-
-
-def audit_twice(fn, load_first, load_second, labels, *, title: str, batches: tuple[str, str],
-                warmup_iters: int = 1) -> GraphAudit:
-    """Capture ``fn()`` after ``load_first()`` and again after ``load_second()``; flag what differs.
-
-    Each capture is preceded by ``warmup_iters`` eager calls (lazy set-up stays out of the capture).
-    """
+    if not callable(step):
+        raise TypeError(f"step is a {type(step).__name__}; expected a callable with no arguments")
+    if not isinstance(loads, (list, tuple)) or len(loads) < 2 or not all(callable(load) for load in loads):
+        raise ValueError(f"loads = {loads!r}; expected a list of two or more callables, each loading one batch")
+    labels = check_labels(labels)
+    Graph(backend)  # a bad backend is refused before any batch is loaded
     captures = []
-    for load in (load_first, load_second):
+    for load in loads:
         load()
-        warmup(fn, iters=warmup_iters)
-        captures.append(audit_capture(fn, labels))
+        warmup(step, iters=1)
+        captures.append(audit_capture(step, labels, backend=backend))
         if captures[-1].refused:
-            return GraphAudit(title, batches, captures[0], captures[1] if len(captures) > 1 else None)
-    return GraphAudit(title, batches, captures[0], captures[1], compare_captures(*captures))
+            break
+    after = tuple(f"after {_name(load, f'loads[{i}]')}" for i, load in enumerate(loads))
+    return GraphAudit(f"audit of {_name(step, 'the step')}", after, captures, compare(captures))
 
 
-def compare_captures(first: CaptureRecords, second: CaptureRecords) -> list[Flag]:
-    """Every argument that differs between two captures of the same work."""
-    flags = []
-    for a, b in zip(first.records, second.records):
-        if a.op != b.op:
-            return flags + [Flag(a.index, a.op, "op", "op", a.op, b.op)]
-        sb = dict(b.scalars)
-        flags += [Flag(a.index, a.op, n, "value", v, sb.get(n)) for n, v in a.scalars if sb.get(n) != v]
-        tb = {t.name: t for t in b.tensors}
-        for t in a.tensors:
-            u = tb.get(t.name)
-            if u is None or u.key != t.key:
-                same_place = u is not None and u.key[:3] == t.key[:3]
-                what = "shape" if same_place else "address"
-                flags.append(Flag(a.index, a.op, t.name, what, t.shape if same_place else t.label,
-                                  (u.shape if same_place else u.label) if u else None))
-    if len(first.records) != len(second.records):
-        n = min(len(first.records), len(second.records))
-        flags.append(Flag(n, "", "op", "op", f"{len(first.records)} ops", f"{len(second.records)} ops"))
+def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor] | None = None, *,
+                  backend: str | None = None) -> CaptureRecord:
+    """Capture ``fn()`` once in a new :class:`Graph` (``backend`` as there) and return its record
+    (:meth:`Graph.audit`). A refused capture is reported in the record, never raised."""
+    labels, graph = check_labels(labels), Graph(backend)
+    try:
+        with graph.capture(labels):
+            fn()
+    except Exception:  # a refused capture: its record says why, and where
+        pass
+    return graph.audit()
+
+
+def _name(fn, otherwise: str) -> str:
+    """``"batch_1()"``: how a function is called; ``otherwise`` for a lambda or a callable object."""
+    name = getattr(fn, "__qualname__", "<lambda>")
+    return otherwise if "<lambda>" in name else f"{name}()"
+
+
+def compare(captures: list[CaptureRecord]) -> list[Flag]:
+    """Every frozen thing that differs between the captures (the first refusal, where one was refused)."""
+    refused = next((c for c in captures if c.refused), None)
+    if refused is not None:
+        return [Flag(refused.refused_where, "capture", "", "refused", (refused.refused,), refused.refused_code)]
+    first = captures[0].flat()
+    matched = {r.index: [r] for r in first}  # each record of capture 1, and its match in every capture
+    extra: dict[str, OpRecord] = {}  # ops or kernels that some capture launches more or less often
+    for other in (c.flat() for c in captures[1:]):
+        pairs = {}
+        blocks = SequenceMatcher(None, [r.op for r in first], [r.op for r in other], autojunk=False)
+        for tag, i1, i2, j1, j2 in blocks.get_opcodes():
+            if tag == "equal":
+                pairs.update((a.index, b) for a, b in zip(first[i1:i2], other[j1:j2]))
+                continue
+            for r in (*first[i1:i2], *other[j1:j2]):
+                if r.launches:
+                    extra.setdefault(r.op, r)
+        for a in first:
+            matched[a.index].append(pairs.get(a.index))
+    flags = [f for records in matched.values() if None not in records for f in _differences(records)]
+    for op, r in extra.items():
+        counts = tuple(sum(x.op == op for x in c.flat()) for c in captures)
+        flags.append(Flag(r.where, op, "launches", "launches", tuple(f"{n} time(s)" for n in counts), r.code))
+    return flags
+
+
+def _differences(records: list[OpRecord]) -> list[Flag]:
+    """The arguments of one record that differ between the captures (``records``: one per capture)."""
+    a, flags = records[0], []
+    for name, value in a.scalars:
+        values = tuple(dict(r.scalars).get(name) for r in records)
+        if any(v != value for v in values):
+            what = "grid" if name == "grid" and a.kind == LAUNCH else "value"
+            flags.append(Flag(a.where, a.op, name, what, values, a.code, a.index))
+    for t in a.tensors:
+        same = [next((u for u in r.tensors if u.name == t.name), t) for r in records]
+        if all(u.key == t.key for u in same):
+            continue
+        if all(u.key[0] == "number" for u in same):
+            what, values = "value", tuple(u.key[1] for u in same)
+        elif all(u.key[:2] == t.key[:2] for u in same):  # the same tensor: another part of it, or another shape
+            what, values = "view", tuple(u.label for u in same)
+        else:
+            what, values = "address", tuple(u.label for u in same)
+        flags.append(Flag(a.where, a.op, t.name, what, values, a.code, a.index))
     return flags
 
 
@@ -268,39 +266,33 @@ def audit_batch(runner, bucket: int) -> ExtendBatch:
     warm-up writes nothing)."""
     n = min(3, runner.request_slots, min(p.pool_requests for p in runner.layer_pools))
     live = bucket - max(1, bucket // 4) if bucket > 1 else bucket
-    lengths = [live // n + (1 if i < live % n else 0) for i in range(n)]
-    requests = tuple(Request(i, (1, 0, 3)[i], m) for i, m in enumerate(lengths))
-    pos, req = torch.zeros(bucket, dtype=torch.int64), torch.zeros(bucket, dtype=torch.int64)
-    row = 0
-    for r in requests:
-        pos[row:row + r.extend_len] = torch.arange(r.prefix_len, r.prefix_len + r.extend_len)
-        req[row:row + r.extend_len] = r.pool_index
-        row += r.extend_len
-    dev, zeros = runner.device, torch.zeros(bucket, dtype=torch.int64, device=runner.device)
-    offsets = build_extend_offsets(lengths, runner.request_slots, device=dev)
-    return ExtendBatch(requests, pos.to(dev), req.to(dev), zeros, zeros.clone(), offsets, kv_slots_needed=1)
+    requests = [(i, (1, 0, 3)[i], live // n + (1 if i < live % n else 0)) for i in range(n)]
+    allocator = ReqToTokenPool(runner.layers[0].cfg, n, 3 + live)
+    batch = ExtendBatch.build(requests, allocator, request_slots=runner.request_slots, pad_to=bucket,
+                              device=runner.device)
+    zeros = torch.zeros_like(batch.raw_out_loc)
+    return replace(batch, raw_out_loc=zeros, c2_slot=zeros.clone(), kv_slots_needed=1)
 
 
 def audit_runner(runner, bucket: int) -> GraphAudit:
-    """Audit the graph of ``bucket`` of a prefill graph runner (or a broken variant of one).
-
-    The work is the runner's captured step (``runner._compress(bucket)``); the first capture loads
-    the batch its graphs are captured with, the second refreshes the buffers with
-    :func:`audit_batch`, the way a replay does.
-    """
+    """Audit the graph of ``bucket`` of a prefill graph runner (or a broken variant of one) with
+    :func:`audit`: the step is the runner's captured work (``runner._compress(bucket)``), loaded
+    first with the batch its graphs are captured with, then, as a replay refreshes its buffers,
+    with :func:`audit_batch`."""
     if bucket not in runner.buckets:
         raise ValueError(f"bucket = {bucket!r}; expected one of the runner's buckets {runner.buckets}")
     batch = audit_batch(runner, bucket)
     xs = [layer.random_hidden(batch.live_rows, seed=i) for i, layer in enumerate(runner.layers)]
     lengths = ", ".join(str(r.extend_len) for r in batch.requests)
     starts = ", ".join(str(r.prefix_len) for r in batch.requests)
-    batches = (f"the dummy batch: one request covering all {bucket} rows",
-               f"a ragged batch: {batch.batch_size} requests of {lengths} rows from positions {starts}, "
-               f"then {bucket - batch.live_rows} padding rows")
+    loads = (f"the dummy batch: one request covering all {bucket} rows",
+             f"a ragged batch: {batch.batch_size} requests of {lengths} rows from positions {starts}, "
+             f"then {bucket - batch.live_rows} padding rows")
     name = type(runner).__name__ + (f" ({runner.variant})" if hasattr(runner, "variant") else "")
     title = f"audit of {name}, bucket {bucket}, {len(runner.layers)} layer(s): {runner.path} path"
-    return audit_twice(lambda: runner._compress(bucket), lambda: runner._load_capture_batch(bucket),
-                       lambda: runner.refresh(batch, xs), runner_labels(runner), title=title, batches=batches)
+    found = audit(lambda: runner._compress(bucket), [lambda: runner._load_capture_batch(bucket),
+                                                     lambda: runner.refresh(batch, xs)], labels=runner_labels(runner))
+    return replace(found, title=title, loads=loads)
 
 
 def runner_labels(runner) -> dict[str, torch.Tensor]:
@@ -313,5 +305,3 @@ def runner_labels(runner) -> dict[str, torch.Tensor]:
                    "k_norm_w": layer.k_norm_w, "inv_freq": layer.inv_freq}
         out.update({f"{name}[layer {i}]" if several else name: t for name, t in tensors.items()})
     return out
-
-

@@ -51,18 +51,8 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
     variant whose capture is refused).
     """
 
-    def __init__(
-        self,
-        layer: SourceLayer,
-        pools: Pools,
-        *,
-        variant: str,
-        buckets: Sequence[int],
-        request_slots: int,
-        capture_rows: int | None = None,
-        warmup_iters: int = 2,
-        capture: bool = True,
-    ):
+    def __init__(self, layer: SourceLayer, pools: Pools, *, variant: str, buckets: Sequence[int], request_slots: int,
+                 capture_rows: int | None = None, warmup_iters: int = 2, capture: bool = True):
         if variant not in VARIANTS:
             raise ValueError(f"variant = {variant!r}; expected one of {sorted(VARIANTS)}")
         if not isinstance(layer, SourceLayer):

@@ -16,6 +16,8 @@ the notebooks show on a laptop what a capture freezes and what it refuses.
 - What a capture refuses, on CUDA and in the emulation, with the same texts
   (:data:`NOT_PERMITTED`, :data:`PREVIOUS_ERROR`, :data:`UNPINNED_COPY`): :mod:`c2graph.graphs.refusals`.
 - What the emulation reproduces and what it does not: :mod:`c2graph.graphs.emulation`.
+- What a capture recorded (:meth:`Graph.audit`; the emulation replays the same record):
+  :mod:`c2graph.graphs.op_record`; what differs between captures of one step: :func:`c2graph.audit`.
 - How :meth:`Graph.nodes` reads a CUDA graph without launching it: :mod:`c2graph.graphs.cuda_nodes`.
 
 Python's cyclic garbage collector does not run during a capture (on either backend). Measured on
@@ -38,6 +40,7 @@ import torch
 
 from .cuda_nodes import graph_nodes
 from .emulation import EmulatedGraph
+from .op_record import CaptureRecord, Recording, check_labels, entering_frame
 from .refusals import NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
 
 __all__ = ["BACKENDS", "Graph", "NOT_PERMITTED", "PREVIOUS_ERROR", "UNPINNED_COPY", "default_backend", "warmup"]
@@ -88,17 +91,13 @@ class Graph:
     def __init__(self, backend: str | None = None, *, pool=None):
         backend = default_backend() if backend is None else backend
         if backend not in BACKENDS:
-            raise ValueError(
-                f"backend = {backend!r}; expected 'cuda', 'emulate' or None (CUDA when available)"
-            )
+            raise ValueError(f"backend = {backend!r}; expected 'cuda', 'emulate' or None (CUDA when available)")
         if backend == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                "backend = 'cuda' but torch.cuda.is_available() is False; expected 'emulate' or None"
-            )
+            raise ValueError("backend = 'cuda' but torch.cuda.is_available() is False; expected 'emulate' or None")
         self.backend = backend
         self._impl = _CudaGraph(pool) if backend == "cuda" else EmulatedGraph()
         self._state = "new"
-        self._records = None
+        self._record: CaptureRecord | None = None
 
     def __repr__(self) -> str:
         return f"Graph(backend={self.backend!r}, state={self._state!r})"
@@ -107,26 +106,29 @@ class Graph:
     def capture(self, labels: dict[str, torch.Tensor] | None = None, *, record: bool = True):
         """Record the work of the ``with`` block without launching it. Raises on a second capture.
 
-        If anything escapes the block, the graph is marked failed and cannot be replayed. Every op
-        issued inside is also recorded for :meth:`audit`; ``labels`` names tensors (``{"pos":
-        static_pos, ...}``) so the audit can say which buffer an argument lies in.
+        If anything escapes the block, the graph is marked failed and cannot be replayed. What the
+        block issues (ops, Triton launches) is recorded for :meth:`audit`; ``labels`` names
+        tensors (``{"pos": static_pos, ...}``) so the audit can say which one an argument lies in.
+        A bad ``labels`` is refused (``ValueError``) before the graph changes state.
 
-        ``record=False`` records no ops (no :meth:`audit`): the op records come
-        from a torch dispatch mode, and while one is active a ``torch.compile``'d function does not
-        run its compiled code but its ops one by one, eagerly. Capture compiled code with it off.
+        ``record=False`` keeps no record (no :meth:`audit`), and on CUDA makes none: the record is
+        made through a torch dispatch mode, and while one is active a ``torch.compile``'d function
+        does not run its compiled code but its ops one by one, eagerly. Capture compiled code with
+        it off. (The emulation replays its record, so it makes one all the same.)
         """
-        from .audit import recording  # the audit builds on this module
-
+        labels = check_labels(labels)
         if self._state != "new":
             raise RuntimeError(f"this Graph is {self._state}; a Graph is captured once: make a new Graph")
         self._state = "capturing"
+        stop = entering_frame()
         try:
-            recorded = recording(labels or {}) if record else contextlib.nullcontext()
-            with _no_automatic_garbage_collection(), self._impl.capturing(), recorded as records:
-                self._records = records
+            with _no_automatic_garbage_collection(), self._impl.capturing(labels if record else None, stop) as made:
+                self._record = made if record else None
                 yield
-        except BaseException:
+        except BaseException as error:
             self._state = "failed"
+            if self._record is not None:
+                self._record.refuse(error, stop)
             raise
         self._state = "captured"
 
@@ -162,15 +164,17 @@ class Graph:
         """``len(self.nodes())``."""
         return len(self.nodes())
 
-    def audit(self):
-        """What this capture froze, op by op: each op's scalar arguments (frozen at their capture
-        values) and the tensors it reads or writes by address, named by the capture's ``labels``
-        (:class:`~c2graph.graphs.audit.CaptureRecords`). Recorded during the capture on either
-        backend; listing it launches nothing."""
-        self._require_captured("audit")
-        if self._records is None:
+    def audit(self) -> CaptureRecord:
+        """What this capture froze, op by op and launch by launch: each one's scalar arguments
+        (frozen at their capture values) and the tensors it reads or writes by address, named by
+        the capture's ``labels``, with the line that issued it (:class:`~c2graph.graphs.op_record.
+        CaptureRecord`); after a refused capture, why and where. Launches nothing. To compare
+        captures of the same step with different batches loaded: :func:`c2graph.audit`."""
+        if self._state in ("new", "capturing"):
+            self._require_captured("audit")
+        if self._record is None:
             raise RuntimeError("audit() of a graph captured with record=False: capture it with record=True")
-        return self._records
+        return self._record
 
     def pool(self):
         """This graph's memory-pool handle, for ``Graph(pool=...)`` (CUDA); ``None`` in the emulation."""
@@ -215,15 +219,17 @@ class _CudaGraph:
         self._stream = torch.cuda.Stream()
 
     @contextlib.contextmanager
-    def capturing(self):
+    def capturing(self, labels: dict[str, torch.Tensor] | None, stop):
+        """Capture the ``with`` block; record it too, unless ``labels`` is ``None`` (yields the record)."""
         # torch warns "The CUDA Graph is empty ... wrong device or stream" when a capture ends with
-        # no node. Here the stream is always the graph's own, so that hint never applies: a graph
-        # is empty because its capture recorded nothing (mostly one that failed first, and its
-        # error already says why), and the emulation is silent there too.
+        # no node. The stream here is always the graph's own: a graph is empty because its capture
+        # recorded nothing (mostly one that failed first, and said why), as the emulation is silent.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
             with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream):
-                yield
+                recording = contextlib.nullcontext() if labels is None else Recording(labels, stop).active()
+                with recording as record:
+                    yield record
         self._graph.instantiate()
 
     def replay(self) -> None:

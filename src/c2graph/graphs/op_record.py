@@ -1,48 +1,57 @@
-"""One op of a captured piece of work, as the capture audit records it, and the modes that record it.
+"""The record of a capture: every op and every Triton launch, as the capture froze them.
 
-A capture freezes, per node, every argument that is not a tensor (a Python int, float or bool, a
-list of sizes) and every tensor by its address. :class:`Recorder` is a ``TorchDispatchMode``
-entered inside a capture (innermost, so it sees every op the captured code issues first, above a
-CUDA graph and above the CPU emulation alike); it records each op as an :class:`OpRecord`: its
-name, its non-tensor arguments by value, its tensor arguments (:class:`TensorArg`) by address,
-read or written, named when they lie in one of the labelled tensors (``"pos[:16]"``,
-``"low_ratio_extend_offsets[1, 0]"``), in a tensor an earlier op made during the capture, or in a
-Python number lifted into a tensor. :class:`CallWatch`, a ``TorchFunctionMode``, names the torch
-call a refused capture died in (``Tensor.tolist``).
+One record, read twice: the CPU emulation replays it (:mod:`c2graph.graphs.emulation`) and the
+capture audit reads it (:mod:`c2graph.graphs.audit`). :class:`Recording` makes it on either
+backend: a ``TorchDispatchMode`` entered inside the capture sees every op of the captured code,
+and of a custom op's Python body (run below the mode, with the mode entered again); Triton's
+launcher, wrapped for the capture (:mod:`c2graph.graphs.triton_launches`), sees every
+``kernel[grid](...)``, which never passes through torch's dispatcher.
+
+Each :class:`OpRecord` holds the op's or kernel's name; every argument that is not a tensor, by
+value (a Python int, a list of sizes, a constexpr, a launch's grid); every tensor argument by
+address and shape (:class:`TensorArg`), named after the ``labels`` it lies in (``"pos[:16]"``),
+the earlier op that made it (``"temporary of op 3"``) or the Python number lifted into it; the
+records of a custom op's body; and ``where``, the line of the captured code that issued it
+(``"model.py:42 in forward"``): its innermost frame outside this package, torch and Triton, or
+its innermost line in the package where all of the captured code is the package's own.
 """
 
 from __future__ import annotations
 
+import contextlib
+import linecache
 import os
 import sys
-from dataclasses import dataclass
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
-from torch.overrides import TorchFunctionMode
+import triton
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_leaves
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-# Frames that never name where an op came from: torch, the audit itself, the graph emulation.
-_SKIP = (_TORCH_DIR, "contextlib",
-         *(os.path.join(_PACKAGE_DIR, "graphs", name) for name in ("op_record.py", "audit.py", "graph.py", "emulation.py", "refusals.py",
-                                                               "triton_launches.py", "cuda_nodes.py")))
-# Ops that launch nothing: bare allocations, and the lift of a Python number into a tensor.
-_NO_NODE = frozenset({"aten.empty.memory_format", "aten.empty_like.default", "aten.empty_strided.default",
-                      "aten.new_empty.default", "aten.new_empty_strided.default", "aten.lift_fresh.default"})
+from ..measure.opcount import launches_kernel, tensors_in
+from .triton_launches import grid_meta, kernel_name, launches_seen_by, python_modes_off
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_LIBRARIES = (*(os.path.dirname(m.__file__) + os.sep for m in (torch, triton)), contextlib.__file__)
+# The modules that run a capture: never the line that issued an op.
+_MACHINERY = tuple(os.path.join(_PACKAGE, "graphs", name) for name in (
+    "graph.py", "emulation.py", "op_record.py", "refusals.py", "triton_launches.py", "audit.py"))
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims"})  # any other namespace is a custom op's
+LAUNCH = "Triton launch"
 
 
 @dataclass(frozen=True)
 class TensorArg:
-    """One tensor argument of a captured op, as the capture holds it: by address.
-
-    ``label``: where it lies (a labelled buffer, a view of one, a temporary made by an earlier
-    op, a Python number, or an unlabelled tensor); ``key``: what identifies it across two captures.
+    """One tensor argument, by address and shape. ``written``: whether the op writes it (``None``:
+    a pointer handed to a Triton kernel); ``label``: where it lies; ``key``: ``(kind, place,
+    offset, shape, stride)``, what identifies it across captures.
     """
 
     name: str
-    written: bool
+    written: bool | None
     label: str
     key: tuple
     shape: tuple[int, ...]
@@ -55,125 +64,301 @@ class TensorArg:
 
 @dataclass(frozen=True)
 class OpRecord:
-    """One op of a capture: its name, the values it froze, the tensors it reads and writes.
-
-    ``launches`` is false for views and bare allocations (no node of their own: their ints become
-    the addresses and shapes of the tensors later nodes read). ``where``: the line that issued it.
-    """
+    """One op, custom op or Triton launch of a capture. ``launches``: whether it is work of the
+    graph (not a view, an allocation, or a custom op whose body launched nothing); ``body``: a
+    custom op's records; ``replay``: the emulation's relaunch of it (``None`` on CUDA)."""
 
     index: int
     op: str
+    kind: str  # "op", "custom op" or LAUNCH
     launches: bool
     scalars: tuple[tuple[str, object], ...]
     tensors: tuple[TensorArg, ...]
     where: str
+    code: str
+    body: tuple[OpRecord, ...] = ()
+    replay: Callable[[], object] | None = field(default=None, repr=False, compare=False)
+
+    def run(self) -> None:
+        """Relaunch it as an emulated replay does: its own launch, then its body's."""
+        if self.replay is not None:
+            self.replay()
+        for record in self.body:
+            record.run()
+
+    @property
+    def label(self) -> str:
+        """``"op 3"`` or ``"launch 4"``: what it is, and its place in the capture."""
+        return f"{'launch' if self.kind == LAUNCH else 'op'} {self.index}"
+
+    def flat(self) -> list[OpRecord]:
+        """This record, then its body's, in capture order."""
+        return [self, *(r for record in self.body for r in record.flat())]
+
+
+@dataclass
+class CaptureRecord:
+    """Everything one capture recorded, in order; where it was refused, ``refused`` (its error's
+    first line), ``refused_where`` and ``refused_code`` (the line of the captured code)."""
+
+    records: list[OpRecord]
+    refused: str | None = None
+    refused_where: str = ""
+    refused_code: str = ""
+
+    def flat(self) -> list[OpRecord]:
+        """Every record, bodies included, in capture order."""
+        return [r for record in self.records for r in record.flat()]
+
+    def nodes(self) -> list[OpRecord]:
+        """The records that are work of the graph: a node each in the emulation, a kernel or more on CUDA."""
+        return [r for r in self.records if r.launches]
+
+    def refuse(self, error: BaseException, stop) -> None:
+        """Note why the capture failed and where: ``error``, or the error it was raised during
+        (the first one the captured code raised); ``stop``: the frame that entered the capture."""
+        for e in (error.__context__, error):
+            if e is not None:
+                self.refused_where, self.refused_code = locate(reversed(list(traceback.walk_tb(e.__traceback__))), stop)
+                if self.refused_where:
+                    break
+        self.refused = (str(e) or type(e).__name__).splitlines()[0]
+        self.refused_where = self.refused_where or "the end of the capture"
+
+    def table(self, *, limit: int | None = 12) -> str:
+        """Per record that is work of the graph: what it froze, read and wrote (``limit``: how many; ``None``: all)."""
+        if self.refused:
+            return f"capture refused at {self.refused_where}: {self.refused}\n    {self.refused_code}"
+        nodes = self.nodes()
+        lines = [line for r in nodes[:limit] for line in record_lines(r, {})]
+        if limit is not None and len(nodes) > limit:
+            lines.append(f"... {len(nodes) - limit} more records of work")
+        return "\n".join(lines)
+
+    __str__ = __repr__ = table
+
+
+def record_lines(r: OpRecord, marks: dict[str, str]) -> list[str]:
+    """A record in words; ``marks``: text to add after an argument, by name."""
+    head = f"{r.label}  {r.op}" + ("" if r.launches else "  (no work)")
+    out = [head + (f"   [{r.where}]" if marks else "")]
+    mark = {name: f"  <-- FROM THE BATCH: {text}" for name, text in marks.items()}
+    if r.scalars:
+        out.append("    froze:  " + ", ".join(f"{n}={v!r}{mark.get(n, '')}" for n, v in r.scalars))
+    for written, word in ((False, "reads: "), (True, "writes:"), (None, "passes:")):
+        tensors = [t for t in r.tensors if t.written is written]
+        if tensors:
+            out.append(f"    {word} " + ", ".join(f"{t}{mark.get(t.name, '')}" for t in tensors))
+    return out
+
+
+def check_labels(labels) -> dict[str, torch.Tensor]:
+    """``labels`` as a dict of name -> tensor (``None``: no labels); ``ValueError`` otherwise."""
+    if labels is None or isinstance(labels, dict) and all(isinstance(k, str) and isinstance(t, torch.Tensor)
+                                                          for k, t in labels.items()):
+        return labels or {}
+    raise ValueError(f"labels = {labels!r}; expected a dict of name -> tensor, or None")
 
 
 # ---------------------------------------------------------------------------------------------
-# The modes
+# Making the record
 
 
-class Recorder(TorchDispatchMode):
-    """Records every op dispatched inside the capture (entered innermost, so it sees them first)."""
+class RecordMode(TorchDispatchMode):
+    """The dispatch half of a :class:`Recording`: every op issued in the ``with`` block goes to it."""
 
-    def __init__(self, labels: dict[str, torch.Tensor]):
+    def __init__(self, recording: Recording):
         super().__init__()
-        self.records: list[OpRecord] = []
-        self.error_op: str | None = None
+        self.recording = recording
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.recording.op(func, args, kwargs or {})
+
+
+class Recording:
+    """The record of one capture, being made (``labels``: tensors to name; ``stop``: the frame that
+    entered the capture, where the captured code ends). The hooks are what a CUDA capture does by
+    itself; the CPU emulation's capture overrides them."""
+
+    def __init__(self, labels: dict[str, torch.Tensor], stop=None):
+        self.record = CaptureRecord([])
+        self.stop = stop
+        self._sinks = [self.record.records]  # where records go: the innermost custom op's body
+        self._count = 0
         self._made: dict[int, str] = {}  # storage address -> "temporary of op i"
         self._numbers: dict[int, object] = {}  # storage address -> the Python number it holds
         self._labels = [(name, t, _storage(t), _byte_range(t)) for name, t in labels.items()]
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        index = len(self.records)
+    @contextlib.contextmanager
+    def active(self):
+        """Record the ``with`` block; yields the :class:`CaptureRecord`, filled as the block runs."""
+        with RecordMode(self), launches_seen_by(self):
+            yield self.record
+
+    def check(self, func, args, kwargs) -> None:  # refuse an op where a capture refuses it
+        pass
+
+    def call(self, func, args, kwargs):  # run an op of the captured code
+        return func(*args, **kwargs)
+
+    def body_guard(self, func, args, kwargs, body: list):  # what a custom op's body runs in
+        return contextlib.nullcontext()
+
+    def before_launch(self, tensors: list[torch.Tensor]) -> None:  # just before a Triton launch
+        pass
+
+    def replay(self, func, args, kwargs, refresh: tuple = ()):  # a record's relaunch (CUDA: the graph's)
+        return None
+
+    def op(self, func, args, kwargs):
+        """Record one dispatched op and run it (refusals, custom ops and composite ops included)."""
+        self.check(func, args, kwargs)
+        if func.namespace not in _TORCH_NAMESPACES:
+            return self._custom_op(func, args, kwargs)
+        if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+            # Only below autograd (in a custom op's body) does an op made of others get here: take
+            # it apart as autograd would have, so its parts are refused and recorded one by one.
+            with RecordMode(self):
+                return func.decompose(*args, **kwargs)
+        index, where = self._start()
         if func is torch.ops.aten.lift_fresh.default:
             self._note_number(args[0])
+        scalars, tensors = self._op_arguments(func, args, kwargs)
+        out = self.call(func, args, kwargs)
         with torch._C.DisableTorchFunction():
-            record = self._record(index, func, args, kwargs)
-        self.records.append(record)
-        try:
-            out = func(*args, **kwargs)
-        except Exception:
-            self.error_op = self.error_op or str(func)
-            raise
-        with torch._C.DisableTorchFunction():
-            inputs = {_storage(t) for t in _tensors((args, kwargs))}
-            for k, t in enumerate(_tensors(out)):
-                if _storage(t) not in inputs and _storage(t):
+            inputs = {_storage(t) for t in tensors_in((args, kwargs))}
+            fresh = tuple(t if isinstance(t, torch.Tensor) and _storage(t) not in inputs else None
+                          for t in tree_leaves(out))
+            for k, t in enumerate(fresh):
+                if t is not None and _storage(t):
                     self._made[_storage(t)] = f"temporary of op {index}" + (f" (output {k})" if k else "")
+        launches = launches_kernel(func) and (func._schema.is_mutable or any(t is not None for t in fresh))
+        replay = self.replay(func, args, kwargs, fresh) if launches else None
+        self._sinks[-1].append(OpRecord(index, str(func), "op", launches, scalars, tensors, *where, replay=replay))
         return out
+
+    def _custom_op(self, func, args, kwargs):
+        """Run a custom op's body under this recording; its records go under the op's."""
+        index, where = self._start()
+        scalars, tensors = self._op_arguments(func, args, kwargs)
+        body: list[OpRecord] = []
+        self._sinks.append(body)
+        try:
+            with self.body_guard(func, args, kwargs, body), RecordMode(self):
+                # Straight to the op's kernel (its body), below this mode: the body's own ops come
+                # back through the mode entered above, its launches through the wrapped launcher.
+                return func.redispatch(_kernel_keys(args, kwargs), *args, **kwargs)
+        finally:
+            self._sinks.pop()
+            # What the body launched is in the graph even if it raised afterwards (as on CUDA).
+            self._sinks[-1].append(OpRecord(index, str(func), "custom op", any(r.launches for r in body), scalars,
+                                            tensors, *where, tuple(body)))
+
+    def launch(self, launcher: Callable, kernel, grid, args: tuple, kwargs: dict):
+        """Record one Triton launch of the captured code and run it (``launcher``: Triton's own ``run``)."""
+        index, where = self._start()
+        if callable(grid):  # evaluated here, in the captured code: a host read in it is refused
+            grid = grid(grid_meta(kernel, args, kwargs))
+        grid = tuple(int(size) for size in grid)  # a tensor here is read on the host: refused too
+        with torch._C.DisableTorchFunction():
+            named = [*zip(kernel.arg_names, args), *kwargs.items()]
+            scalars = (("grid", grid), *((n, v) for n, v in named if not isinstance(v, torch.Tensor)))
+            tensors = tuple(self._tensor(n, v, None) for n, v in named if isinstance(v, torch.Tensor))
+        with python_modes_off():  # Triton's own tensor work is the launch, not the captured code
+            self.before_launch(tensors_in((args, kwargs)))
+            out = launcher(kernel, *args, grid=grid, warmup=False, **kwargs)
+        replay = self.replay(lambda *a, **k: launcher(kernel, *a, grid=grid, warmup=False, **k), args, kwargs)
+        self._sinks[-1].append(OpRecord(index, kernel_name(kernel), LAUNCH, True, scalars, tensors, *where,
+                                        replay=replay))
+        return out
+
+    def _start(self) -> tuple[int, tuple[str, str]]:
+        self._count += 1
+        frame, frames = sys._getframe(1), []
+        while frame is not None:
+            frames.append((frame, frame.f_lineno))
+            frame = frame.f_back
+        return self._count - 1, locate(frames, self.stop)
 
     def _note_number(self, t: torch.Tensor) -> None:
         """A tensor made from Python data (a number written with ``t[i] = 0.0``): keep its value,
-        read on the host with every mode out of the way (it is a host tensor, not yet copied)."""
+        read on the host with every mode out of the way (a host tensor, not yet copied)."""
         with torch._C.DisableTorchFunction(), _disable_current_modes():
             if t.device.type == "cpu" and t.numel() <= 8:
                 self._numbers[_storage(t)] = t.tolist()
 
-    def _record(self, index, func, args, kwargs) -> OpRecord:
+    def _op_arguments(self, func, args, kwargs) -> tuple[tuple, tuple]:
         scalars, tensors = [], []
-        for i, arg in enumerate(func._schema.arguments):
-            if i < len(args):
-                value = args[i]
-            elif arg.name in kwargs:
-                value = kwargs[arg.name]
-            else:
-                continue
-            written = arg.alias_info is not None and arg.alias_info.is_write
-            leaves = _tensors(value)
-            if leaves:
-                many = len(leaves) > 1 or isinstance(value, (list, tuple))
-                tensors += [self._tensor(f"{arg.name}[{k}]" if many else arg.name, t, written)
-                            for k, t in enumerate(leaves)]
-            elif _is_number(value):
-                scalars.append((arg.name, list(value) if isinstance(value, (list, tuple)) else value))
-        name = str(func)
-        launches = not (func.is_view or torch.Tag.inplace_view in func.tags or name in _NO_NODE)
-        return OpRecord(index, name, launches, tuple(scalars), tuple(tensors), _where())
+        with torch._C.DisableTorchFunction():
+            for i, arg in enumerate(func._schema.arguments):
+                if i >= len(args) and arg.name not in kwargs:
+                    continue
+                value = args[i] if i < len(args) else kwargs[arg.name]
+                written = arg.alias_info is not None and arg.alias_info.is_write
+                leaves = tensors_in(value)
+                if leaves:
+                    many = len(leaves) > 1 or isinstance(value, (list, tuple))
+                    tensors += [self._tensor(f"{arg.name}[{k}]" if many else arg.name, t, written)
+                                for k, t in enumerate(leaves)]
+                elif _is_number(value):
+                    scalars.append((arg.name, list(value) if isinstance(value, (list, tuple)) else value))
+        return tuple(scalars), tuple(tensors)
 
-    def _tensor(self, name: str, t: torch.Tensor, written: bool) -> TensorArg:
+    def _tensor(self, name: str, t: torch.Tensor, written: bool | None) -> TensorArg:
         storage, (b0, b1) = _storage(t), _byte_range(t)
         shape, stride = tuple(t.shape), tuple(t.stride())
+        labelled = [(l1 - l0, label, lt, l0) for label, lt, ls, (l0, l1) in self._labels
+                    if ls == storage and l0 <= b0 and b1 <= l1]
         if storage in self._numbers:
             value = self._numbers[storage]
-            return TensorArg(name, written, f"the Python number {value!r}", ("number", value), shape, storage + b0)
-        best = None
-        for label, lt, ls, (l0, l1) in self._labels:
-            if ls == storage and l0 <= b0 and b1 <= l1 and (best is None or l1 - l0 < best[3][1] - best[3][0]):
-                best = (label, lt, ls, (l0, l1))
-        if best is not None:
-            label, lt, _, (l0, _) = best
-            text = _view_text(label, lt, (b0 - l0) // t.element_size(), shape, stride)
-            key = ("label", label, b0 - l0, shape, stride)
+            text, key = f"the Python number {value!r}", ("number", value, 0)
+        elif labelled:  # the smallest labelled tensor that holds it
+            _, label, lt, l0 = min(labelled, key=lambda x: x[0])
+            text, key = _view_text(label, lt, (b0 - l0) // t.element_size(), shape, stride), ("label", label, b0 - l0)
         elif storage in self._made:
-            text = self._made[storage]
-            key = ("made", text, b0, shape, stride)
+            text, key = self._made[storage], ("made", self._made[storage], b0)
         else:
-            text = f"an unlabelled tensor {list(shape)}"
-            key = ("unlabelled", storage + b0, shape, stride)
-        return TensorArg(name, written, text, key, shape, storage + b0)
-
-
-class CallWatch(TorchFunctionMode):
-    """Names the torch call (``Tensor.tolist``, ``tensor``) that a refused capture died in."""
-
-    def __init__(self):
-        super().__init__()
-        self.refused_at: str | None = None
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        try:
-            return func(*args, **(kwargs or {}))
-        except Exception:
-            if self.refused_at is None:
-                owner = "Tensor." if getattr(func, "__objclass__", None) is torch._C.TensorBase else ""
-                self.refused_at = f"{owner}{getattr(func, '__name__', str(func))} [{_where()}]"
-            raise
+            text, key = f"an unlabelled tensor {list(shape)}", ("unlabelled", storage, b0)
+        return TensorArg(name, written, text, (*key, shape, stride), shape, storage + b0)
 
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
+
+
+def locate(frames, stop) -> tuple[str, str]:
+    """``("file.py:12 in step", the line's source)`` of the captured code: its innermost frame
+    outside this package, torch and Triton, else its innermost frame in the package (``("", "")``
+    where there is neither). ``frames``: ``(frame, line)`` pairs, innermost first; the captured
+    code ends at ``stop``, the frame that entered the capture."""
+    found = ("", "")
+    for frame, line in frames:
+        path = frame.f_code.co_filename
+        if not path.startswith(_LIBRARIES + _MACHINERY):
+            name = "cell" if "ipykernel_" in path or path.startswith("<ipython") else os.path.basename(path)
+            here = (f"{name}:{line} in {frame.f_code.co_name}", linecache.getline(path, line).strip())
+            if not path.startswith(_PACKAGE):
+                return here
+            found = found if found[0] else here
+        if frame is stop:
+            break
+    return found
+
+
+def entering_frame():
+    """The frame whose ``with`` entered the capture: the first outside ``contextlib`` and ``graph.py``."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename in (contextlib.__file__, _MACHINERY[0]):
+        frame = frame.f_back
+    return frame
+
+
+def _kernel_keys(args, kwargs) -> torch._C.DispatchKeySet:
+    """The dispatch keys that reach an op's backend kernel for these arguments (CPU without tensors)."""
+    tensors = tensors_in((args, kwargs))
+    if not tensors:
+        return torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    return torch._C._dispatch_keys(tensors[0]) & torch._C._after_ADInplaceOrView_keyset
 
 
 def _storage(t: torch.Tensor) -> int:
@@ -188,10 +373,6 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
     return start, start + span * t.element_size()
 
 
-def _tensors(tree) -> list[torch.Tensor]:
-    return [leaf for leaf in tree_flatten(tree)[0] if isinstance(leaf, torch.Tensor)]
-
-
 def _is_number(value) -> bool:
     if isinstance(value, (list, tuple)):
         return bool(value) and all(_is_number(v) for v in value)
@@ -204,37 +385,16 @@ def _view_text(name: str, base: torch.Tensor, offset: int, shape: tuple, stride:
     generic = f"{name} (view {list(shape)} at element {offset})"
     if base.dim() == 0 or not base.is_contiguous():
         return name if offset == 0 and tuple(shape) == tuple(base.shape) else generic
-    index, rest = [], offset
-    for s in base.stride():
-        index.append(rest // s)
-        rest %= s
     moving = {st: n for n, st in zip(shape, stride) if n > 1}  # strides of the view's dims that move
     if len(moving) != sum(1 for n in shape if n > 1):
         return generic
     parts = []
-    for i, s, size in zip(index, base.stride(), base.shape):
-        if size > 1 and s in moving:
-            m = moving.pop(s)
-            if i + m > size:
-                return generic
-            parts.append(":" if (i == 0 and m == size) else f"{i if i else ''}:{i + m}")
-        else:
-            parts.append(str(i))
-    if moving:
-        return generic
+    for s, size in zip(base.stride(), base.shape):
+        i, offset = divmod(offset, s)
+        m = moving.pop(s, None) if size > 1 else None
+        if m is not None and i + m > size:
+            return generic
+        parts.append(str(i) if m is None else ":" if (i == 0 and m == size) else f"{i or ''}:{i + m}")
     while parts and parts[-1] == ":":
         parts.pop()
-    return f"{name}[{', '.join(parts)}]" if parts else name
-
-
-def _where() -> str:
-    """The innermost line outside torch, this module and the graph emulation: ``file.py: function``."""
-    frame = sys._getframe(1)
-    while frame is not None:
-        path = frame.f_code.co_filename
-        if not any(skip in path for skip in _SKIP):
-            if path.startswith(_PACKAGE_DIR):
-                return f"{path[len(_PACKAGE_DIR):]}: {frame.f_code.co_name}"
-            return f"your code: {frame.f_code.co_name}"
-        frame = frame.f_back
-    return "?"
+    return generic if moving else f"{name}[{', '.join(parts)}]" if parts else name

@@ -291,8 +291,8 @@ class PrefillGraphRunner:
         return out
 
     def audit(self, bucket: int):
-        """What the graph of ``bucket`` froze, from two captures with two batches loaded
-        (:func:`~c2graph.graphs.audit.audit_runner`)."""
+        """What the graph of ``bucket`` froze from the batch: :func:`c2graph.audit` of its captured
+        work over the dummy batch and a ragged one (:func:`~c2graph.graphs.audit.audit_runner`)."""
         from .audit import audit_runner
 
         return audit_runner(self, bucket)

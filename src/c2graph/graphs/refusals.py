@@ -20,9 +20,9 @@ refused (CUDA's name nothing).
   any other CUDA call: refused there, it never reaches the copy, every time.
   ``.numpy()`` of a device tensor raises a ``TypeError``.
 
-Inside a custom op's body the same refusals hold, with the same texts: a launcher runs under the
-capture like any other Python. It may read what a launch needs and no tensor value: pointers
-(``data_ptr()``), sizes, strides, dtype, device, contiguity.
+Inside a custom op's body and in a launch's grid callable the same refusals hold, with the same
+texts: a launcher runs under the capture like any other Python. It may read what a launch needs
+and no tensor value: pointers (``data_ptr()``), sizes, strides, dtype, device, contiguity.
 
 In the emulation every tensor stands for a device tensor, so these refuse CPU tensors, though
 torch itself would not.

@@ -3,10 +3,11 @@
 - :func:`count_ops` (any device) counts the ATen ops and custom ops that reach torch's dispatcher,
   with a :class:`~torch.utils._python_dispatch.TorchDispatchMode`. Pure views and metadata ops
   (``view``, ``slice``, ``select``, ``detach``, allocations without a fill, shape queries) launch
-  nothing and are left out, so each op counted is roughly one kernel launch on a GPU (a copy
-  between host and device, such as reading a CUDA tensor with ``.tolist()``, is counted too,
-  though it is a memory copy rather than a kernel). A Triton kernel wrapped in a registered
-  custom op (``c2graph::fused_compress``) counts as one op.
+  nothing and are left out (:func:`launches_kernel`), so each op counted is roughly one kernel
+  launch on a GPU (a copy between host and device, such as reading a CUDA tensor with
+  ``.tolist()``, is counted too, though it is a memory copy rather than a kernel). A Triton
+  kernel wrapped in a registered custom op (``c2graph::fused_compress``) counts as one op; one
+  launched directly (``kernel[grid](...)``) never reaches the dispatcher and is not counted.
 - :func:`count_cuda_kernels` (CUDA only) counts the kernels the GPU actually ran, with
   :mod:`torch.profiler`.
 
@@ -27,11 +28,9 @@ from torch.utils._pytree import tree_leaves
 aten = torch.ops.aten
 
 _NOT_LAUNCHES = {
-    aten.detach.default,
-    aten.alias.default,
-    aten.lift_fresh.default,
     aten.empty.memory_format,
     aten.empty_strided.default,
+    aten.empty_permuted.default,
     aten.empty_like.default,
     aten.new_empty.default,
     aten.new_empty_strided.default,
@@ -42,7 +41,7 @@ _NOT_LAUNCHES = {
     aten.sym_storage_offset.default,
     aten.is_contiguous.default,
 }
-"""Ops that reach the dispatcher but start no kernel (besides every op with ``is_view``)."""
+"""Ops that reach the dispatcher but start no kernel (besides views and in-place view changes)."""
 
 _OVERWRITES_SELF = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default}
 """In-place ops that write ``self`` without reading it."""
@@ -52,12 +51,21 @@ _SCATTERS = {aten.index_put_.default, aten.index_put.default, aten._index_put_im
 
 
 def launches_kernel(func) -> bool:
-    """Whether the dispatcher op ``func`` counts as a launch (not a view, not metadata)."""
-    return not (func.is_view or func in _NOT_LAUNCHES or func.namespace == "prim")
+    """Whether the dispatcher op ``func`` starts a kernel: not a view (``is_view``), not an in-place
+    change of a view's shape (tag ``inplace_view``: ``t_``, ``unsqueeze_``), not a bare allocation,
+    not a metadata query. The one definition, asked by the op counter and by the record of a
+    capture (:mod:`c2graph.graphs.op_record`) that the CPU emulation replays."""
+    return not (func.is_view or torch.Tag.inplace_view in func.tags or func in _NOT_LAUNCHES
+                or func.namespace == "prim")
+
+
+def tensors_in(tree) -> list[torch.Tensor]:
+    """Every tensor in a tree of lists, tuples and dicts (an op's arguments, its outputs)."""
+    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
 def _nbytes(x) -> int:
-    return sum(t.numel() * t.element_size() for t in tree_leaves(x) if isinstance(t, torch.Tensor))
+    return sum(t.numel() * t.element_size() for t in tensors_in(x))
 
 
 def op_bytes(func, args: tuple, kwargs: dict, out) -> int:

@@ -1,13 +1,18 @@
-"""Checks of notebook 04's exercises: the offsets builder and the in-place refresh.
+"""Checks of notebook 04's exercises: the offsets builder, the in-place refresh, and an audit of your own code.
 
 - :func:`check_offsets_builder` calls the reader's ``build_offsets(extend_lens, request_slots)``
   on ragged batches, a full one, one with an empty request and an idle rank's, and compares the
   ``[2, request_slots]`` int32 tensor with the package's (:func:`~c2graph.build_extend_offsets`).
 - :func:`check_refresh` hands the reader's ``refresh_metadata(static, batch)`` the tensors a
-  prefill graph of a fused and a torch layer was captured with, replays the graph after it, and
-  compares every cache and ring with the same batches run eagerly, bitwise.
+  prefill graph of a fused and a torch layer was captured with, checks that each is still itself
+  (object, memory, dtype, shape), replays the graph after it, and compares every cache and ring
+  with the same batches run eagerly, bitwise; where they differ, it names each captured tensor
+  that does not hold the batch's values, never written or written wrong.
+- :func:`check_padding_zeroed` audits the reader's ``zero_padding(rows)`` over two batches of
+  :class:`RequestRows` (the static inputs of the notebook's own-code audit) and replays a graph of
+  it captured after the first batch, after the second.
 
-Both return a :class:`~c2graph.workshop.CheckResult`; a wrong or unfinished function is reported,
+All three return a :class:`~c2graph.workshop.CheckResult`; a wrong or unfinished function is reported,
 never raised.
 """
 
@@ -19,6 +24,7 @@ from types import SimpleNamespace
 
 import torch
 
+from .._runtime import DEFAULT_DEVICE
 from ..compressor.batch import ExtendBatch
 from ..compressor.compress import compress, layer_path
 from ..compressor.config import Config
@@ -26,6 +32,8 @@ from ..compressor.pools import POISON
 from ..compressor.extend_offsets import build_extend_offsets
 from ..compressor.model import layer_pools, served_layers
 from ..compressor.req_to_token import ReqToTokenPool
+from ..graphs.audit import audit
+from ..graphs.graph import Graph, warmup
 from ..graphs.prefill_graph import PrefillGraphRunner
 from ..measure.compare import compare_pools
 from .check import CheckResult, run_check
@@ -95,39 +103,41 @@ def check_refresh(refresh_metadata: Callable[[SimpleNamespace, ExtendBatch], Non
     ``raw_out_loc``, ``c2_slot`` and ``extend_offsets`` into the captured tensors ``static.pos``,
     ..., ``static.low_ratio_extend_offsets`` in place. A prefill graph of two layers sharing that
     metadata (one fused, one torch; bucket 16) is replayed after it, batch after batch, and
-    compared with eager."""
+    compared with eager. First, each captured tensor must still be itself: the same object, memory,
+    dtype and shape. Where the graph differs from eager, the line names each captured tensor that
+    does not hold the batch's values, and whether it was never written or written wrong."""
     failed: list[tuple] = []
 
     def cases():
         runner = _refresh_runner()
         runner.static.load_dummy(16)  # a clean start: every row padding
-        refs = []
-        for p in runner.layer_pools:
-            refs.append(p.poison(POISON).clone())
+        refs = [p.poison(POISON).clone() for p in runner.layer_pools]
         alloc = ReqToTokenPool(runner.layers[0].cfg, 4, 64, seed=4)
         out = []
         for i, (what, requests) in enumerate(REFRESH_BATCHES):
             batch = ExtendBatch.build(requests, alloc, request_slots=4, pad_to=16, device=runner.device)
             static = SimpleNamespace(**runner.static.metadata())
-            before = dict(vars(static))
+            before = {name: (t, t.clone(), t.data_ptr()) for name, t in vars(static).items()}
             refresh_metadata(static, batch)
+            changed = _changed_tensors(static, before)
             xs = [layer.random_hidden(batch.live_rows, seed=40 + 2 * i + k) for k, layer in enumerate(runner.layers)]
             runner.project(batch, xs)
             runner.graphs[16].replay()
             wrong = []
-            for k, (layer, x, got, ref) in enumerate(zip(runner.layers, xs, runner.layer_pools, refs)):
+            for layer, x, got, ref in zip(runner.layers, xs, runner.layer_pools, refs):
                 compress(layer, x, batch, ref)
                 bad = [c for c in compare_pools(got, ref, skip_slot0=not layer.use_fused_gate) if not c]
                 if bad:
                     wrong.append(f"{layer_path(layer)} layer: " + ", ".join(_where_differs(c) for c in bad))
                 if bad and not failed:
                     failed.append((got.clone(), ref.clone(), batch, layer_path(layer)))
-            rebound = [name for name, t in before.items() if getattr(static, name) is not t]
             line = what + (": graph == eager, bitwise" if not wrong else ": differs from eager in " + "; ".join(wrong))
-            if rebound:
-                line += (f". You rebound static.{', static.'.join(rebound)} to new tensors: the graph still reads "
-                         "the ones it was captured with; copy_ into them instead")
-            out.append((not wrong and not rebound, line))
+            if changed:
+                line += ". " + changed
+                _refresh_runner.cache_clear()  # its captured tensors are not what its graph reads: build it anew
+            elif wrong:
+                line += ". " + "; ".join(_stale_tensors(static, before, batch))
+            out.append((not wrong and not changed, line))
         return out
 
     def figure():
@@ -140,6 +150,53 @@ def check_refresh(refresh_metadata: Callable[[SimpleNamespace, ExtendBatch], Non
         return None
 
     return run_check("in-place refresh", cases, figure)
+
+
+def _changed_tensors(static: SimpleNamespace, before: dict) -> str:
+    """The captured tensors that are no longer themselves after the refresh, in words ('' if none):
+    rebound to new tensors, or given another dtype, shape or memory (``.data =``, ``set_``,
+    ``resize_``): the graph reads only the memory it was captured with, as it was captured."""
+    rebound = [name for name, (t, _, _) in before.items() if getattr(static, name) is not t]
+    if rebound:
+        return (f"You rebound static.{', static.'.join(rebound)} to new tensors: the graph still reads the ones "
+                "it was captured with; copy_ into them instead")
+    changes: dict[str, list[str]] = {}
+    for name, (t, old, ptr) in before.items():
+        what = [f"dtype {t.dtype} (captured as {old.dtype})"] * (t.dtype != old.dtype)
+        what += [f"shape {list(t.shape)} (captured as {list(old.shape)})"] * (t.shape != old.shape)
+        what += ["other memory"] * (t.data_ptr() != ptr)
+        if what:
+            changes.setdefault(", ".join(what), []).append(f"static.{name}")
+    return "; ".join(f"{', '.join(names)} now {'have' if len(names) > 1 else 'has'} {what}"
+                     for what, names in changes.items()) + (
+        ": the graph reads only the memory it was captured with, as it was; copy_ into it instead" if changes else "")
+
+
+def _stale_tensors(static: SimpleNamespace, before: dict, batch: ExtendBatch) -> list[str]:
+    """Each captured tensor that does not hold the batch's values, and where: never written (it
+    holds what it held before the refresh there) or written wrong."""
+    out = []
+    for name, (t, old, _) in before.items():
+        want = getattr(batch, "extend_offsets" if name == "low_ratio_extend_offsets" else name)
+        differs = t != want
+        if not differs.any():
+            continue
+        padding = t.dim() == 1 and bool((differs.nonzero() >= batch.live_rows).all())
+        hint = f" (the rows that differ are padding rows, from row {batch.live_rows}: they belong to the batch too)"
+        if torch.equal(t, old):
+            out.append(f"static.{name} was never written: it still holds the previous batch's values" + hint * padding)
+            continue
+        unit = "rows" if t.dim() == 1 else "cells"
+        parts = [f"{how} at {unit} {_cells(mask)}" for how, mask in (
+            ("never written", differs & (t == old)), ("written wrong", differs & (t != old))) if mask.any()]
+        out.append(f"static.{name}: " + ", ".join(parts) + hint * padding)
+    return out or ["every captured tensor holds this batch's values: the difference is left from an earlier batch"]
+
+
+def _cells(mask: torch.Tensor) -> str:
+    """``[3, 4, 5, ...]`` or ``[(1, 0), ...]``: where ``mask`` is true, the first six."""
+    where = [tuple(i) if len(i) > 1 else i[0] for i in mask.nonzero().tolist()]
+    return f"{where[:6]}"[:-1] + (", ...]" if len(where) > 6 else "]")
 
 
 def _where_differs(c) -> str:
@@ -155,3 +212,72 @@ def _refresh_runner() -> PrefillGraphRunner:
     layers = served_layers(cfg, 2, unfused_every=2, seed=9)
     pools = layer_pools(layers, 4, ReqToTokenPool(cfg, 4, 64).kv_slots)
     return PrefillGraphRunner(layers, pools, buckets=[16], request_slots=4)
+
+
+class RequestRows:
+    """The static inputs of notebook 04's own-code audit: a ragged batch of up to ``SLOTS``
+    requests in ``ROWS`` rows, as a graph reads it, refreshed in place by :meth:`load`.
+
+    - ``x``, ``out``: ``[ROWS]`` fp32, one value per row: what the step reads, and writes
+    - ``offsets``: ``[2, SLOTS]`` int32, first row and row count of each request slot (the
+      layout of ``low_ratio_extend_offsets``); ``scales``: ``[SLOTS]`` fp32, a factor per request
+    - ``host_offsets``, ``host_scales``, ``live``: the same on the host, as an eager path keeps them
+    """
+
+    SLOTS, ROWS = 4, 16
+    BATCHES = (((5, 2.0), (3, 3.0)), ((4, 0.5), (2, 4.0), (6, 1.5)))  # (rows, scale) of each request
+
+    def __init__(self, device=DEFAULT_DEVICE):
+        f32 = dict(dtype=torch.float32, device=device)
+        self.x, self.out = torch.zeros(self.ROWS, **f32), torch.zeros(self.ROWS, **f32)
+        self.scales = torch.zeros(self.SLOTS, **f32)
+        self.offsets = torch.zeros(2, self.SLOTS, dtype=torch.int32, device=device)
+        self.host_offsets, self.host_scales, self.live = [[], []], [], 0
+
+    def describe(self, k: int) -> str:
+        """Batch ``k`` in words."""
+        rows = ", ".join(f"{n} rows x {f}" for n, f in self.BATCHES[k])
+        return f"batch {k + 1}: {len(self.BATCHES[k])} requests ({rows})"
+
+    def load(self, k: int) -> None:
+        """Load batch ``k``: fresh rows, its offsets and scales ``copy_``'d in place, and the host lists."""
+        lens = [n for n, _ in self.BATCHES[k]]
+        scales = [f for _, f in self.BATCHES[k]] + [0.0] * (self.SLOTS - len(lens))
+        offsets = build_extend_offsets(lens, self.SLOTS)
+        self.x.copy_(torch.rand(self.ROWS, generator=torch.Generator().manual_seed(k)) + 1.0)
+        self.offsets.copy_(offsets)
+        self.scales.copy_(torch.tensor(scales))
+        self.host_offsets, self.host_scales, self.live = offsets.tolist(), scales, sum(lens)
+
+
+def check_padding_zeroed(zero_padding: Callable[[RequestRows], None]) -> CheckResult:
+    """Check the reader's ``zero_padding(rows)``: zero ``rows.out`` past the batch's live rows and
+    leave the live rows as they are, in a graph. The audit over batch 1 then batch 2 must be clean
+    (else each flag, with its line), and a graph captured after batch 1 and replayed after batch 2
+    (``out`` filled with a poison first) must zero exactly batch 2's padding rows."""
+
+    def cases():
+        rows = RequestRows()
+        found = audit(lambda: zero_padding(rows), [lambda: rows.load(0), lambda: rows.load(1)])
+        verdict = f"the audit over batch 1, then batch 2: {found.verdict()}"
+        out = [(found.ok, "; ".join([verdict, *map(str, found.flags)]))]
+        if found.refused:
+            return out
+        rows.load(0)
+        warmup(lambda: zero_padding(rows), iters=1)
+        graph = Graph()
+        with graph.capture():
+            zero_padding(rows)
+        rows.load(1)
+        rows.out.fill_(POISON)
+        graph.replay()
+        want = torch.where(torch.arange(rows.ROWS) < rows.live, POISON, 0.0)
+        bad = (rows.out.cpu() != want).nonzero().flatten().tolist()
+        what = f"a graph captured after batch 1, replayed after batch 2 ({rows.live} live rows): "
+        if bad:
+            out.append((False, what + f"rows {bad} wrong (rows from {rows.live} must be 0, the live rows untouched)"))
+        else:
+            out.append((True, what + f"rows {rows.live} to {rows.ROWS - 1} zeroed, the live rows untouched"))
+        return out
+
+    return run_check("zero the padding rows", cases)
