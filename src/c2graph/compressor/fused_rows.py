@@ -77,9 +77,8 @@ def lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr,
     bool), from the pair table (:func:`pair_table`).
 
     Lane ``t`` of block ``b`` takes the batch's pair number ``b * GROUPS + t``, found in the request
-    whose pairs hold it, and computes the pair's row at an odd ``pos``. Within a request ``pos``
-    counts up by one and ``req`` stays the same, so the pair's first row's ``pos`` and ``req`` say
-    both rows'; ``raw_out_loc`` is loaded for both at once (one trip to memory). A lane past
+    whose pairs hold it, and computes the pair's row at an odd ``pos``. ``pos``, ``req`` and
+    ``raw_out_loc`` are loaded for both rows at once (one trip to memory). A lane past
     ``GROUPS`` (``tl.dot`` needs 16 lanes) or past the batch's last pair gets ``num_rows``: past
     the buffer, so it loads and stores nothing; so does a lane whose pair has no odd position (a
     request's last row, alone and at an even position).
@@ -95,15 +94,21 @@ def lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr,
     end = tl.sum(tl.where(mine, ends[:, None], 0), axis=0)  # one past its request's last row
     a = live_rows(mine) & (lane < GROUPS) & (first >= 0) & (first < num_rows)
     b = a & (first + 1 < end) & (first + 1 < num_rows)
-    pos = tl.load(pos_ptr + first, mask=a, other=0)
-    req = tl.load(req_ptr + first, mask=a, other=0)
+    # Both rows' metadata, in one trip: under offsets that are right, the second row's pos is the
+    # first's plus one and its req the same, but a graph replaying frozen offsets can put a pair
+    # across two requests, and the lane must then see the rows as they are (no group where neither
+    # pos is odd), or two lanes would race to store one c2 slot.
+    pos_a = tl.load(pos_ptr + first, mask=a, other=0)
+    pos_b = tl.load(pos_ptr + first + 1, mask=b, other=0)
+    req_a = tl.load(req_ptr + first, mask=a, other=0)
+    req_b = tl.load(req_ptr + first + 1, mask=b, other=0)
     raw_a = tl.load(raw_ptr + first, mask=a, other=0)
     raw_b = tl.load(raw_ptr + first + 1, mask=b, other=0)
-    take_a = a & (pos % 2 == 1)
-    take_b = b & ~take_a  # the first row's pos is even: the second's, one more, is odd
+    take_a = a & (pos_a % 2 == 1)
+    take_b = b & ~take_a & (pos_b % 2 == 1)
     rows = tl.where(take_a, first, tl.where(take_b, first + 1, num_rows))
-    return (rows, tl.where(take_a, pos, pos + 1), req, tl.where(take_a, raw_a, tl.where(take_b, raw_b, 0)),
-            first_rows(k, take_a))
+    return (rows, tl.where(take_a, pos_a, pos_b), tl.where(take_a, req_a, req_b),
+            tl.where(take_a, raw_a, tl.where(take_b, raw_b, 0)), first_rows(k, take_a))
 
 
 @triton.jit
