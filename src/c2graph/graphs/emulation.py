@@ -29,7 +29,7 @@ What it reproduces
   of a padded buffer, memory from ``torch.empty``) keep what they held: stale data persists.
 - **Random ops** (tag ``nondeterministic_seeded``) draw from the graph's own generator state,
   forked from torch's default CPU generator when capture begins: each replay draws fresh
-  numbers, as a CUDA graph does, and replays leave the caller's random stream untouched.
+  numbers, as a CUDA graph does.
 - Capture runs in the caller's grad mode; replay runs under ``torch.inference_mode()``, so it
   can write tensors made in inference mode as well as ordinary ones.
 
@@ -46,6 +46,9 @@ What it does not reproduce
   number; the emulation reads it afresh at every replay.
 - A captured tensor grown by ``resize_`` past its memory: torch moves its storage, and CUDA
   replays into the freed memory; the emulation follows the moved storage.
+- The caller's random stream across replays: a CUDA replay advances the CUDA generator's offset
+  by what the graph draws, so an eager draw after a replay differs from one without it; the
+  emulation's replays leave torch's default generator where it was.
 - Freeing a CUDA graph that finished its capture, in the middle of another capture, invalidates
   that capture (the destruction is a CUDA call it refuses); an emulated graph owns no CUDA
   objects, and freeing one refuses nothing.
