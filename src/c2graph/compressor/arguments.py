@@ -135,10 +135,12 @@ def check_layer_batch_pools(layer: SourceLayer, batch: ExtendBatch, pools: Pools
     """The layer, the batch and the pools belong together: Config, device, tensor shapes and
     dtypes, and every index of the batch inside the pools (:func:`check_batch_fits`). Reads no
     tensor value (no host sync), so it also runs inside a graph capture."""
+    from .batch import ROW_TENSORS  # here, not at the top: batch.py imports this module
+
     check_layer_pools(layer, pools)
     dev = pools.device
     T = batch.num_rows
-    for name in ("pos", "req", "raw_out_loc", "c2_slot"):
+    for name in ROW_TENSORS:
         check_tensor(f"batch.{name}", getattr(batch, name), (T,), torch.int64, dev)
     check_tensor("batch.extend_offsets", batch.extend_offsets, (2, batch.request_slots), torch.int32, dev)
     check_batch_fits(batch, pools)

@@ -20,11 +20,8 @@ import torch
 
 from .._runtime import DEFAULT_DEVICE
 from .arguments import as_device, as_int
-from .batch import ExtendBatch, Request
+from .batch import ROW_TENSORS as ROWS, ExtendBatch, Request
 from .extend_offsets import build_extend_offsets
-
-ROWS = ("pos", "req", "raw_out_loc", "c2_slot")
-"""The per-row tensors, in the order an :class:`ExtendBatch` holds them."""
 
 
 class StaticBatch:
