@@ -95,9 +95,6 @@ __version__ = "0.1.0"
 
 # Many source layers, the capture audit (appended: the names above keep their order).
 from .compressor.model import layer_pools, model_preset, served_layers  # noqa: E402
-from .graphs.audit import GraphAudit, audit_capture  # noqa: E402
+from .graphs.audit import GraphAudit, audit, audit_capture  # noqa: E402
 
-__all__ += ["GraphAudit", "audit_capture", "layer_pools", "model_preset", "served_layers"]
-from .graphs.audit import audit  # noqa: E402  (c2graph.audit: audit your own step)
-
-__all__ += ["audit"]
+__all__ += ["GraphAudit", "audit", "audit_capture", "layer_pools", "model_preset", "served_layers"]
