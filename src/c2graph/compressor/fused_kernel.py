@@ -76,7 +76,7 @@ def fused_compress_kernel(
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
     PREFETCH: tl.constexpr = 0, PF_LINES: tl.constexpr = 16, IN_EVICT: tl.constexpr = "",
-    W_EVICT: tl.constexpr = "", OUT_EVICT: tl.constexpr = "",
+    W_EVICT: tl.constexpr = "", OUT_EVICT: tl.constexpr = "", UNROLL_B: tl.constexpr = False,
 ):
     # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
     # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
@@ -113,7 +113,8 @@ def fused_compress_kernel(
             # Pass B reads the gated rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()
             k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
-                                     cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K, W_EVICT, OUT_EVICT)
+                                     cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K, W_EVICT, OUT_EVICT,
+                                     UNROLL_B)
             index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I, OUT_EVICT)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
                      num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)

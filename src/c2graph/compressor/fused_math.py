@@ -138,19 +138,32 @@ def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CH
     """
     m = group[:, None]
     squares = tl.full((rows.shape[0], CHUNK), 0.0, tl.float32)  # column c: squares of columns c, c + CHUNK, ...
-    for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
-        cols = c0 + tl.arange(0, CHUNK)
-        x = to_bf16(gate(cur, prev, group, cols, D, IN_EVICT))
-        tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=m)
-        x = x.to(tl.float32)
-        squares += x * x
+    if GATE_STAGES == 0:  # unrolled: every chunk's loads can be issued before the first chunk's math
+        for c in tl.static_range(D // CHUNK):
+            squares = gate_chunk(cur, prev, group, rows, latent_ptr, squares, c * CHUNK, D, CHUNK, IN_EVICT)
+    else:
+        for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
+            squares = gate_chunk(cur, prev, group, rows, latent_ptr, squares, c0, D, CHUNK, IN_EVICT)
     return row_sum(squares, LOG2_CHUNK)
+
+
+@triton.jit
+def gate_chunk(cur, prev, group, rows, latent_ptr, squares, c0, D: tl.constexpr, CHUNK: tl.constexpr,
+               IN_EVICT: tl.constexpr):
+    """One step of pass A: columns ``[c0, c0 + CHUNK)`` gated, rounded to bf16, stored in ``latent``;
+    returns ``squares`` with their squares added, column by column."""
+    cols = c0 + tl.arange(0, CHUNK)
+    x = to_bf16(gate(cur, prev, group, cols, D, IN_EVICT))
+    tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=group[:, None])
+    x = x.to(tl.float32)
+    return squares + x * x
 
 
 @triton.jit
 def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
                          group_pos, inv_rms, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
-                         BLOCK_K: tl.constexpr, W_EVICT: tl.constexpr = "", OUT_EVICT: tl.constexpr = ""):
+                         BLOCK_K: tl.constexpr, W_EVICT: tl.constexpr = "", OUT_EVICT: tl.constexpr = "",
+                         UNROLL_B: tl.constexpr = False):
     """Pass B, ``BLOCK_K`` columns at a time: the gated row read back from ``latent``, normalised
     (the pre-RoPE latent) and stored over itself; turned by RoPE where the chunk holds rope dims
     (the chunk's other dims turn by the angle 0) and stored in the KV cache at the c2 slot; and
@@ -161,24 +174,40 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
     ``W_EVICT``, ``OUT_EVICT``: the L2's eviction hints for the reads of ``wk`` and for the stores
     (``""``: none).
     """
+    k = tl.full((rows.shape[0], I), 0.0, tl.float32)
+    if UNROLL_B:  # unrolled: the steps' loads can be issued ahead of the steps before them
+        for step in tl.static_range(D // BLOCK_K):
+            k = latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
+                            group_pos, inv_rms, k, step * BLOCK_K, D, I, ROPE, BLOCK_K, W_EVICT, OUT_EVICT)
+    else:
+        for k0 in range(0, D, BLOCK_K):
+            k = latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
+                            group_pos, inv_rms, k, k0, D, I, ROPE, BLOCK_K, W_EVICT, OUT_EVICT)
+    return k
+
+
+@triton.jit
+def latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot, group_pos,
+                inv_rms, k, k0, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, BLOCK_K: tl.constexpr,
+                W_EVICT: tl.constexpr, OUT_EVICT: tl.constexpr):
+    """One step of pass B, columns ``[k0, k0 + BLOCK_K)``: the latent, the KV cache, and the step's
+    share of the index key added to ``k``, returned."""
     m = group[:, None]
     j = tl.arange(0, I)
-    k = tl.full((rows.shape[0], I), 0.0, tl.float32)
-    for k0 in range(0, D, BLOCK_K):
-        kk = k0 + tl.arange(0, BLOCK_K)
-        here = latent_ptr + rows[:, None] * D + kk[None, :]
-        x = tl.load(here, mask=m, other=0.0).to(tl.float32)
-        latent = rms_norm(x, inv_rms, tl.load(norm_w_ptr + kk).to(tl.float32))
-        a = latent.to(tl.bfloat16)
-        tl.store(here, a, mask=m, eviction_policy=OUT_EVICT)
-        to_cache = a
-        if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
-            freq = rope_frequencies(inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
-            c, s = rope_angles(group_pos, freq)
-            to_cache = rope(latent, c, s)
-        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m, eviction_policy=OUT_EVICT)
-        # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
-        k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None], eviction_policy=W_EVICT), k)
+    kk = k0 + tl.arange(0, BLOCK_K)
+    here = latent_ptr + rows[:, None] * D + kk[None, :]
+    x = tl.load(here, mask=m, other=0.0).to(tl.float32)
+    latent = rms_norm(x, inv_rms, tl.load(norm_w_ptr + kk).to(tl.float32))
+    a = latent.to(tl.bfloat16)
+    tl.store(here, a, mask=m, eviction_policy=OUT_EVICT)
+    to_cache = a
+    if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
+        freq = rope_frequencies(inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
+        c, s = rope_angles(group_pos, freq)
+        to_cache = rope(latent, c, s)
+    tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m, eviction_policy=OUT_EVICT)
+    # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
+    k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None], eviction_policy=W_EVICT), k)
     return k
 
 
