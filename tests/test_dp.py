@@ -42,6 +42,20 @@ def test_a_rank_that_fails_is_named():
         run_ranks(schedules, setup=small, timeout_s=240)
 
 
+def test_a_stale_main_file_is_not_run_by_the_ranks(tmp_path, monkeypatch):
+    """In a notebook, ``__main__.__file__`` can name a module that is not the program (Triton's
+    interpreter leaves its own there): the spawned ranks must not run it."""
+    stale = tmp_path / "stale_main.py"
+    stale.write_text("raise SystemExit('a rank ran the stale __main__ file')\n")
+    main_module = sys.modules["__main__"]
+    monkeypatch.setattr(main_module, "__file__", str(stale), raising=False)
+    monkeypatch.setattr(main_module, "__spec__", None, raising=False)
+    small = Setup(n_layers=1, unfused_every=1, buckets=(8,))
+    reports = run_ranks([[[(0, 0, 5)]], [[(0, 1, 4)]]], setup=small, timeout_s=240)
+    assert all(r.ok for r in reports), [str(r) for r in reports]
+    assert main_module.__file__ == str(stale), "restored once the ranks have started"
+
+
 def test_a_run_past_its_time_names_the_ranks_still_running():
     with pytest.raises(TimeoutError, match=r"timeout_s = 0.5 s; rank\(s\) \[0, 1\] still running"):
         run_ranks(default_schedules(2, steps=1), timeout_s=0.5)

@@ -29,6 +29,7 @@ import socket
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -118,8 +119,9 @@ def run_ranks(
 
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="c2graph-dp-") as folder:
-        context = mp.start_processes(_rank_main, args=(ranks, port, schedules, setup, init_timeout_s, folder),
-                                     nprocs=ranks, join=False, start_method="spawn")
+        with _stale_main_file_hidden():
+            context = mp.start_processes(_rank_main, args=(ranks, port, schedules, setup, init_timeout_s, folder),
+                                         nprocs=ranks, join=False, start_method="spawn")
         deadline = time.monotonic() + timeout_s
         try:
             while not context.join(timeout=0.2):
@@ -137,6 +139,25 @@ def run_ranks(
                     p.terminate()
                     p.join()
         return [step for r in range(ranks) for step in pickle.loads(Path(folder, f"rank-{r}.pkl").read_bytes())]
+
+
+@contextmanager
+def _stale_main_file_hidden():
+    """Hide ``__main__.__file__`` while the ranks start, where it names a file that is not the
+    program's: a spawned process runs ``__main__``'s file again before it unpickles its task, and
+    in a notebook that name is stale (Triton's interpreter, for one, leaves its own module's
+    ``__file__`` in the notebook's globals). A script run as ``python script.py`` keeps its own."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    program = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0] else None
+    if path is None or getattr(main, "__spec__", None) is not None or os.path.abspath(path) == program:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _rank_main(rank, ranks, port, schedules, setup, init_timeout_s, folder) -> None:
