@@ -68,9 +68,6 @@ class KernelBlocks:
     programs_per_sm: int | None = None
     max_registers: int | None = None
     gate_stages: int = 1
-    prefetch: int = 0
-    evict: int = 0
-    unroll_b: int = 0
 
     @property
     def lanes(self) -> int:
@@ -82,10 +79,8 @@ class KernelBlocks:
         ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>``."""
         extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
                         if value is not None)
-        hints = "".join(f".{key}{value}" for key, value in (("f", self.prefetch), ("e", self.evict), ("u", self.unroll_b))
-                        if value)
         return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
-                f".a{self.gate_stages}{hints}")
+                f".a{self.gate_stages}")
 
 
 def block_lanes(groups: int) -> int:
@@ -225,10 +220,6 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
         BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
-        PREFETCH=blocks.prefetch,
-        PF_LINES=triton.next_power_of_2((2 * blocks.groups + request_slots + 3) * max(D // 16, 1)),
-        IN_EVICT="evict_first" if blocks.evict else "", W_EVICT="evict_last" if blocks.evict else "",
-        OUT_EVICT="evict_first" if blocks.evict else "", UNROLL_B=bool(blocks.unroll_b),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
     )
 

@@ -53,9 +53,7 @@ from .._runtime import INTERPRET
 from . import fused_math, fused_rows, torch_path
 from .fused_math import (gate, gate_and_sum_squares, index_key_to_cache, index_key_weights, latent_and_index_key,
                          partners, rms_norm, rope, rope_angles)
-from .fused_rows import (block_row_span, first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring,
-                         prefetch_block_rows)
-from .triton_compat import prefetch_l2
+from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring
 
 if INTERPRET:
     from triton.runtime.interpreter import InterpretedFunction
@@ -75,8 +73,6 @@ def fused_compress_kernel(
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
-    PREFETCH: tl.constexpr = 0, PF_LINES: tl.constexpr = 16, IN_EVICT: tl.constexpr = "",
-    W_EVICT: tl.constexpr = "", OUT_EVICT: tl.constexpr = "", UNROLL_B: tl.constexpr = False,
 ):
     # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
     # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
@@ -84,16 +80,7 @@ def fused_compress_kernel(
     # weights: read once a program, at its start, so that no later step waits for them.
     starts, ends, pairs, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
-    if PREFETCH & 2:  # the index key's weights, into the L2 before any program needs them
-        prefetch_l2(wk_ptr + tl.arange(0, I * D // 64) * 64)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
-        if PREFETCH & 1:  # every row the block's pairs can hold, before the offsets say which
-            lo = tl.cast(block, tl.int64) * (2 * GROUPS) - request_slots - 1
-            prefetch_block_rows(projected_ptr, pos_ptr, req_ptr, raw_ptr, lo, lo + 2 * GROUPS + request_slots + 2,
-                                num_rows, D, PF_LINES)
-        if PREFETCH & 4:  # the block's rows, as the offsets say
-            lo, hi = block_row_span(block, starts, pairs, first_pair, GROUPS)
-            prefetch_block_rows(projected_ptr, pos_ptr, req_ptr, raw_ptr, lo, hi, num_rows, D, PF_LINES)
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
                                                    raw_ptr, num_rows, LANES, GROUPS)
         group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
@@ -102,20 +89,13 @@ def fused_compress_kernel(
             cache_slot = raw // 2  # the group's c2 slot
             group_pos = (pos - 1).to(tl.float32)
             # Pass A: gate, and the sum of squares the RMSNorm needs before it can scale any column.
-            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES,
-                                          IN_EVICT)
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES)
             inv_rms = tl.rsqrt(sum_sq / D + eps)
-            if PREFETCH & 8:  # the program's next block's rows, read from memory while this one's pass B runs
-                following = block + tl.num_programs(0)
-                if following < num_blocks:
-                    lo, hi = block_row_span(following, starts, pairs, first_pair, GROUPS)
-                    prefetch_block_rows(projected_ptr, pos_ptr, req_ptr, raw_ptr, lo, hi, num_rows, D, PF_LINES)
             # Pass B reads the gated rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()
             k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
-                                     cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K, W_EVICT, OUT_EVICT,
-                                     UNROLL_B)
-            index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I, OUT_EVICT)
+                                     cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
+            index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
                      num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
 

@@ -32,19 +32,17 @@ def partners(projected_ptr, ring_ptr, rows, pos, req, from_ring, D: tl.constexpr
 
 
 @triton.jit
-def gate(cur, prev, group, cols, D: tl.constexpr, IN_EVICT: tl.constexpr = ""):
+def gate(cur, prev, group, cols, D: tl.constexpr):
     """Each lane's group pooled at ``cols``: ``[N, C]`` fp32, ``(kv_prev * e_prev + kv * e) / (e_prev + e)``.
 
     ``(e_prev, e)`` are the per-channel softmax weights of the partner's score and the row's.
     Lanes without a group load nothing: each buffer row is read once, by its group's lane.
-    ``IN_EVICT``: the L2's eviction hint for these reads (``"evict_first"``: read once, keep the
-    room for what is read again; ``""``: none).
     """
     m = group[:, None]
-    kv = tl.load(cur[:, None] + cols[None, :], mask=m, other=0.0, eviction_policy=IN_EVICT)
-    score = tl.load(cur[:, None] + D + cols[None, :], mask=m, other=0.0, eviction_policy=IN_EVICT)
-    kv_prev = tl.load(prev[:, None] + cols[None, :], mask=m, other=0.0, eviction_policy=IN_EVICT)
-    score_prev = tl.load(prev[:, None] + D + cols[None, :], mask=m, other=0.0, eviction_policy=IN_EVICT)
+    kv = tl.load(cur[:, None] + cols[None, :], mask=m, other=0.0)
+    score = tl.load(cur[:, None] + D + cols[None, :], mask=m, other=0.0)
+    kv_prev = tl.load(prev[:, None] + cols[None, :], mask=m, other=0.0)
+    score_prev = tl.load(prev[:, None] + D + cols[None, :], mask=m, other=0.0)
     top = tl.maximum(score_prev, score)  # softmax of two: subtract the larger, exp, normalise
     e_prev = tl.exp(score_prev - top)
     e = tl.exp(score - top)
@@ -125,7 +123,7 @@ def row_sum_in_order(x, N: tl.constexpr):
 
 @triton.jit
 def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CHUNK: tl.constexpr,
-                         LOG2_CHUNK: tl.constexpr, GATE_STAGES: tl.constexpr, IN_EVICT: tl.constexpr = ""):
+                         LOG2_CHUNK: tl.constexpr, GATE_STAGES: tl.constexpr):
     """Pass A: each lane's group gated ``CHUNK`` columns at a time, rounded to bf16 and stored in
     ``latent`` at the group row, not yet normalised; returns each lane's sum of squares ``[N]`` fp32.
 
@@ -138,32 +136,19 @@ def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CH
     """
     m = group[:, None]
     squares = tl.full((rows.shape[0], CHUNK), 0.0, tl.float32)  # column c: squares of columns c, c + CHUNK, ...
-    if GATE_STAGES == 0:  # unrolled: every chunk's loads can be issued before the first chunk's math
-        for c in tl.static_range(D // CHUNK):
-            squares = gate_chunk(cur, prev, group, rows, latent_ptr, squares, c * CHUNK, D, CHUNK, IN_EVICT)
-    else:
-        for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
-            squares = gate_chunk(cur, prev, group, rows, latent_ptr, squares, c0, D, CHUNK, IN_EVICT)
+    for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
+        cols = c0 + tl.arange(0, CHUNK)
+        x = to_bf16(gate(cur, prev, group, cols, D))
+        tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=m)
+        x = x.to(tl.float32)
+        squares += x * x
     return row_sum(squares, LOG2_CHUNK)
-
-
-@triton.jit
-def gate_chunk(cur, prev, group, rows, latent_ptr, squares, c0, D: tl.constexpr, CHUNK: tl.constexpr,
-               IN_EVICT: tl.constexpr):
-    """One step of pass A: columns ``[c0, c0 + CHUNK)`` gated, rounded to bf16, stored in ``latent``;
-    returns ``squares`` with their squares added, column by column."""
-    cols = c0 + tl.arange(0, CHUNK)
-    x = to_bf16(gate(cur, prev, group, cols, D, IN_EVICT))
-    tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=group[:, None])
-    x = x.to(tl.float32)
-    return squares + x * x
 
 
 @triton.jit
 def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
                          group_pos, inv_rms, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
-                         BLOCK_K: tl.constexpr, W_EVICT: tl.constexpr = "", OUT_EVICT: tl.constexpr = "",
-                         UNROLL_B: tl.constexpr = False):
+                         BLOCK_K: tl.constexpr):
     """Pass B, ``BLOCK_K`` columns at a time: the gated row read back from ``latent``, normalised
     (the pre-RoPE latent) and stored over itself; turned by RoPE where the chunk holds rope dims
     (the chunk's other dims turn by the angle 0) and stored in the KV cache at the c2 slot; and
@@ -171,43 +156,25 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
     all lanes.
 
     Each element of ``latent`` is read, then written, by the same lane: no lane overtakes another.
-    ``W_EVICT``, ``OUT_EVICT``: the L2's eviction hints for the reads of ``wk`` and for the stores
-    (``""``: none).
     """
-    k = tl.full((rows.shape[0], I), 0.0, tl.float32)
-    if UNROLL_B:  # unrolled: the steps' loads can be issued ahead of the steps before them
-        for step in tl.static_range(D // BLOCK_K):
-            k = latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
-                            group_pos, inv_rms, k, step * BLOCK_K, D, I, ROPE, BLOCK_K, W_EVICT, OUT_EVICT)
-    else:
-        for k0 in range(0, D, BLOCK_K):
-            k = latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
-                            group_pos, inv_rms, k, k0, D, I, ROPE, BLOCK_K, W_EVICT, OUT_EVICT)
-    return k
-
-
-@triton.jit
-def latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot, group_pos,
-                inv_rms, k, k0, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, BLOCK_K: tl.constexpr,
-                W_EVICT: tl.constexpr, OUT_EVICT: tl.constexpr):
-    """One step of pass B, columns ``[k0, k0 + BLOCK_K)``: the latent, the KV cache, and the step's
-    share of the index key added to ``k``, returned."""
     m = group[:, None]
     j = tl.arange(0, I)
-    kk = k0 + tl.arange(0, BLOCK_K)
-    here = latent_ptr + rows[:, None] * D + kk[None, :]
-    x = tl.load(here, mask=m, other=0.0).to(tl.float32)
-    latent = rms_norm(x, inv_rms, tl.load(norm_w_ptr + kk).to(tl.float32))
-    a = latent.to(tl.bfloat16)
-    tl.store(here, a, mask=m, eviction_policy=OUT_EVICT)
-    to_cache = a
-    if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
-        freq = rope_frequencies(inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
-        c, s = rope_angles(group_pos, freq)
-        to_cache = rope(latent, c, s)
-    tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m, eviction_policy=OUT_EVICT)
-    # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
-    k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None], eviction_policy=W_EVICT), k)
+    k = tl.full((rows.shape[0], I), 0.0, tl.float32)
+    for k0 in range(0, D, BLOCK_K):
+        kk = k0 + tl.arange(0, BLOCK_K)
+        here = latent_ptr + rows[:, None] * D + kk[None, :]
+        x = tl.load(here, mask=m, other=0.0).to(tl.float32)
+        latent = rms_norm(x, inv_rms, tl.load(norm_w_ptr + kk).to(tl.float32))
+        a = latent.to(tl.bfloat16)
+        tl.store(here, a, mask=m)
+        to_cache = a
+        if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
+            freq = rope_frequencies(inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
+            c, s = rope_angles(group_pos, freq)
+            to_cache = rope(latent, c, s)
+        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m)
+        # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
+        k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None]), k)
     return k
 
 
@@ -220,8 +187,7 @@ def index_key_weights(k_norm_w_ptr, inv_freq_ptr, I: tl.constexpr, ROPE: tl.cons
 
 
 @triton.jit
-def index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I: tl.constexpr,
-                       OUT_EVICT: tl.constexpr = ""):
+def index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I: tl.constexpr):
     """The index key ``k`` (``[N, I]`` fp32) rounded to bf16, RMSNorm with ``k_norm`` (``[I]``
     fp32), RoPE on its last dims (``key_freq``, :func:`index_key_weights`), stored in the index-K
     cache at the c2 slot. Nothing here waits on memory: the weights are already in registers."""
@@ -230,4 +196,4 @@ def index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_
     j = tl.arange(0, I)
     c, s = rope_angles(group_pos, key_freq)
     key = rope(rms_norm(k, inv_rms, k_norm), c, s)
-    tl.store(index_k_ptr + cache_slot[:, None] * I + j[None, :], key, mask=group[:, None], eviction_policy=OUT_EVICT)
+    tl.store(index_k_ptr + cache_slot[:, None] * I + j[None, :], key, mask=group[:, None])

@@ -15,8 +15,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_compat import prefetch_l2
-
 NO_ROW = tl.constexpr(2**62)
 """The first row given to the padding lanes of the request-slot table: past every row."""
 
@@ -166,41 +164,3 @@ def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, end
         dst = ring_row(req, pos, RING)
         ok = ok & (tl.load(raw_ptr + src, mask=ok, other=0) != 0) & (dst >= 0) & (dst < ring_rows - 1)
         tl.store(ring_ptr + dst[:, None] * (2 * D) + both[None, :], rows, mask=ok[:, None])
-
-
-@triton.jit
-def first_row_of_pair(p, starts, pairs, first_pair):
-    """The first row of the batch's pair number ``p`` (a scalar), from the pair table; 0 where no
-    request holds it."""
-    mine = (p >= first_pair) & (p < first_pair + pairs)
-    return tl.sum(tl.where(mine, starts + 2 * (p - first_pair), 0), axis=0)
-
-
-@triton.jit
-def prefetch_block_rows(projected_ptr, pos_ptr, req_ptr, raw_ptr, lo, hi, num_rows, D: tl.constexpr,
-                        PF_LINES: tl.constexpr):
-    """Ask the L2 for rows ``[lo, hi)`` of the ``| kv | score |`` buffer (clipped to the buffer) and
-    for their ``pos``, ``req`` and ``raw_out_loc``: a hint, issued and not waited for, so that the
-    loads that need them find them in the L2. Changes no value. ``PF_LINES``: a power of two, at
-    least the 128-byte lines of the rows (``D // 16`` a row); a tile's extra lanes ask again for
-    the last line."""
-    lo = tl.minimum(tl.maximum(lo, 0), num_rows - 1)
-    hi = tl.maximum(tl.minimum(hi, num_rows), lo + 1)
-    line = tl.arange(0, PF_LINES).to(tl.int64)
-    last = (hi - lo) * (D // 16) - 1  # 2D fp32 a row: D // 16 lines of 32 values
-    prefetch_l2(projected_ptr + lo * (2 * D) + tl.minimum(line, last) * 32)
-    meta = tl.minimum(lo + tl.arange(0, 16).to(tl.int64) * 16, hi - 1)  # 16 int64 a line
-    prefetch_l2(pos_ptr + meta)
-    prefetch_l2(req_ptr + meta)
-    prefetch_l2(raw_ptr + meta)
-
-
-@triton.jit
-def block_row_span(block, starts, pairs, first_pair, GROUPS: tl.constexpr):
-    """The rows a block's lanes read, as ``[lo, hi)``: from the row before its first pair (a
-    partner) to the row after its last, from the pair table in registers."""
-    total = tl.sum(pairs, axis=0)
-    p0 = block * GROUPS
-    p1 = tl.minimum(p0 + GROUPS, total) - 1
-    return (first_row_of_pair(p0, starts, pairs, first_pair) - 1,
-            first_row_of_pair(p1, starts, pairs, first_pair) + 2)

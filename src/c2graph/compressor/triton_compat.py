@@ -1,5 +1,4 @@
-"""Three operations that Triton's CPU interpreter gets wrong, and one it has no use for, each chosen
-once, at import.
+"""Three operations that Triton's CPU interpreter gets wrong, each chosen once, at import.
 
 On a machine without CUDA, :mod:`c2graph._runtime` sets ``TRITON_INTERPRET=1`` before Triton is
 imported, and every kernel runs in Triton's interpreter (numpy, one program after another). The
@@ -16,12 +15,7 @@ them twice and keeps the version that is exact where the kernel runs:
   for the thousands of radians RoPE reaches; ``tl.cos`` may use a fast approximation there. The
   interpreter has no ``libdevice``: ``tl.cos`` is numpy's, which is exact.
 
-- :func:`prefetch_l2`: on the GPU, a hint (PTX ``prefetch.global.L2``) that brings a cache line
-  into the L2 ahead of the load that needs it, with no register waiting for it; it changes no
-  value. The interpreter has no cache: there it does nothing.
-
-The kernel calls ``to_bf16``, ``dot``, ``cos``, ``sin`` and ``prefetch_l2`` and never asks which
-machine it is on.
+The kernel calls ``to_bf16``, ``dot``, ``cos`` and ``sin`` and never asks which machine it is on.
 """
 
 from __future__ import annotations
@@ -54,11 +48,6 @@ if INTERPRET:
     def sin(x):
         return tl.sin(x)
 
-    @triton.jit
-    def prefetch_l2(ptrs):
-        """Nothing: the interpreter reads memory directly."""
-        pass
-
 else:
     from triton.language.extra import libdevice
 
@@ -79,10 +68,3 @@ else:
     @triton.jit
     def sin(x):
         return libdevice.sin(x)
-
-    @triton.jit
-    def prefetch_l2(ptrs):
-        """Ask the L2 for the 128-byte line holding each of ``ptrs`` (a tile of pointers), and go on:
-        no register waits for it, and a later load of that line finds it in the L2."""
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs],
-                                  dtype=tl.int32, is_pure=False, pack=1)
