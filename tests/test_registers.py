@@ -73,3 +73,16 @@ def test_blocks_are_named_as_the_sweep_spells_its_variants():
     for blocks in (kernel_blocks(32, 16), kernel_blocks(512, 2048), kernel_blocks(512, 65536),
                    KernelBlocks(groups=32, chunk=16, block_k=32, num_warps=8, programs_per_sm=2, max_registers=96)):
         assert parse_variant(blocks.name) == blocks
+
+
+def test_profile_tool_launches_on_a_gpu_and_says_so_on_a_cpu():
+    """``benchmarks/profile_kernel.py`` (the launches Nsight Compute reads): on a GPU it launches the
+    kernel and says how often; on a CPU it says it needs a GPU, with exit code 2."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "profile_kernel.py"), "--rows", "256",
+                          "--launches", "2"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    if torch.cuda.is_available():
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert "2 launches of default at 256 rows" in out.stdout
+    else:
+        assert out.returncode == 2
+        assert "launches on a GPU; this machine has none" in out.stderr
