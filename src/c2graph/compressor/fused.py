@@ -68,7 +68,6 @@ class KernelBlocks:
     programs_per_sm: int | None = None
     max_registers: int | None = None
     gate_stages: int = 1
-    overlap: bool = False
 
     @property
     def lanes(self) -> int:
@@ -81,7 +80,7 @@ class KernelBlocks:
         extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
                         if value is not None)
         return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
-                f".a{self.gate_stages}{'.o1' if self.overlap else ''}")
+                f".a{self.gate_stages}")
 
 
 def block_lanes(groups: int) -> int:
@@ -202,10 +201,9 @@ def sm_count(device: torch.device) -> int:
 
 def grid_size(num_blocks: int, blocks: KernelBlocks, device: torch.device) -> int:
     """Programs launched for ``num_blocks`` blocks: one a block, or at most ``programs_per_sm`` an SM."""
-    programs = (num_blocks + 1) // 2 if blocks.overlap else num_blocks  # overlapped: two blocks a program
     if blocks.programs_per_sm is None:
-        return programs
-    return min(programs, blocks.programs_per_sm * sm_count(device))
+        return num_blocks
+    return min(num_blocks, blocks.programs_per_sm * sm_count(device))
 
 
 def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, request_slots: int,
@@ -221,7 +219,7 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
         CHUNK=min(blocks.chunk, D), LOG2_CHUNK=min(blocks.chunk, D).bit_length() - 1,
         BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
-        RING_PAD=triton.next_power_of_2(ring_size), OVERLAP=blocks.overlap,
+        RING_PAD=triton.next_power_of_2(ring_size),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
     )
 

@@ -52,7 +52,7 @@ import triton.language as tl
 from .._runtime import INTERPRET
 from . import fused_math, fused_rows, torch_path
 from .fused_math import (gate, gate_and_sum_squares, index_key_to_cache, index_key_weights, latent_and_index_key,
-                         overlapped_sweeps, partners, rms_norm, rope, rope_angles)
+                         partners, rms_norm, rope, rope_angles)
 from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring
 
 if INTERPRET:
@@ -73,7 +73,6 @@ def fused_compress_kernel(
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
-    OVERLAP: tl.constexpr = False,
 ):
     # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
     # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
@@ -81,14 +80,6 @@ def fused_compress_kernel(
     # weights: read once a program, at its start, so that no later step waits for them.
     starts, ends, pairs, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
-    if OVERLAP:
-        for pair_of_blocks in range(tl.program_id(0), (num_blocks + 1) // 2, tl.num_programs(0)):
-            two_blocks_overlapped(pair_of_blocks, starts, ends, pairs, first_pair, k_norm, key_freq, projected_ptr,
-                                  ring_ptr, pos_ptr, req_ptr, raw_ptr, norm_w_ptr, wk_ptr, inv_freq_ptr,
-                                  kv_cache_ptr, index_k_ptr, latent_ptr, num_rows, num_blocks, kv_slots, ring_rows,
-                                  eps, D, I, ROPE, RING, GROUPS, LANES, CHUNK, LOG2_CHUNK, BLOCK_K, GATE_STAGES,
-                                  S_PAD, RING_PAD)
-        return
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
                                                    raw_ptr, num_rows, LANES, GROUPS)
@@ -106,51 +97,6 @@ def fused_compress_kernel(
                                      cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
             index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
-                     num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
-
-
-@triton.jit
-def two_blocks_overlapped(pair_of_blocks, starts, ends, pairs, first_pair, k_norm, key_freq, projected_ptr, ring_ptr,
-                          pos_ptr, req_ptr, raw_ptr, norm_w_ptr, wk_ptr, inv_freq_ptr, kv_cache_ptr, index_k_ptr,
-                          latent_ptr, num_rows, num_blocks, kv_slots, ring_rows, eps, D: tl.constexpr,
-                          I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr,
-                          LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
-                          BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr,
-                          RING_PAD: tl.constexpr):
-    """Blocks ``2p`` and ``2p + 1`` in one program, their sweeps overlapped: pass A of the first;
-    then pass A of the second step by step with pass B of the first (:func:`overlapped_sweeps`: the
-    second's rows stream from memory while the first's columns are normalised and multiplied);
-    then pass B of the second. Each group's arithmetic is the same as in a program of one block."""
-    b0 = 2 * pair_of_blocks
-    b1 = b0 + 1  # may be past the grid's last block: then it computes and parks nothing
-    rows0, pos0, req0, raw0, ring0 = lane_rows(b0, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr,
-                                               num_rows, LANES, GROUPS)
-    group0 = group_rows(rows0, pos0, req0, raw0, ring0, num_rows, kv_slots, ring_rows, RING)
-    rows1, pos1, req1, raw1, ring1 = lane_rows(b1, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr,
-                                               num_rows, LANES, GROUPS)
-    in_grid = (rows1 * 0 + b1) < num_blocks  # [LANES]: a scalar compare, as a tile (the interpreter's too)
-    group1 = group_rows(rows1, pos1, req1, raw1, ring1, num_rows, kv_slots, ring_rows, RING) & in_grid
-    if tl.max((group0 | group1).to(tl.int32), axis=0) != 0:
-        cur0, prev0 = partners(projected_ptr, ring_ptr, rows0, pos0, req0, ring0, D, RING)
-        cur1, prev1 = partners(projected_ptr, ring_ptr, rows1, pos1, req1, ring1, D, RING)
-        slot0, slot1 = raw0 // 2, raw1 // 2
-        group_pos0, group_pos1 = (pos0 - 1).to(tl.float32), (pos1 - 1).to(tl.float32)
-        sum_sq = gate_and_sum_squares(cur0, prev0, group0, rows0, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES)
-        inv_rms0 = tl.rsqrt(sum_sq / D + eps)
-        tl.debug_barrier()  # the first block's gated rows, visible to every thread
-        sum_sq, k = overlapped_sweeps(cur1, prev1, group1, rows1, rows0, group0, slot0, group_pos0, inv_rms0,
-                                      latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, D, I, ROPE,
-                                      CHUNK, LOG2_CHUNK, GATE_STAGES)
-        inv_rms1 = tl.rsqrt(sum_sq / D + eps)
-        index_key_to_cache(k, group0, slot0, group_pos0, k_norm, key_freq, index_k_ptr, eps, I)
-        tl.debug_barrier()  # the second block's gated rows
-        k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows1, group1, slot1,
-                                 group_pos1, inv_rms1, D, I, ROPE, BLOCK_K)
-        index_key_to_cache(k, group1, slot1, group_pos1, k_norm, key_freq, index_k_ptr, eps, I)
-    park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, b0,
-                 num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
-    if b1 < num_blocks:
-        park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, b1,
                      num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
 
 

@@ -134,21 +134,15 @@ def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CH
     plain loop. The squares are added up column by column over the chunks, then across the
     columns by :func:`row_sum`: one order of additions, whatever the warps.
     """
+    m = group[:, None]
     squares = tl.full((rows.shape[0], CHUNK), 0.0, tl.float32)  # column c: squares of columns c, c + CHUNK, ...
     for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
-        squares = gate_step(cur, prev, group, rows, latent_ptr, squares, c0, D, CHUNK)
+        cols = c0 + tl.arange(0, CHUNK)
+        x = to_bf16(gate(cur, prev, group, cols, D))
+        tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=m)
+        x = x.to(tl.float32)
+        squares += x * x
     return row_sum(squares, LOG2_CHUNK)
-
-
-@triton.jit
-def gate_step(cur, prev, group, rows, latent_ptr, squares, c0, D: tl.constexpr, CHUNK: tl.constexpr):
-    """One step of pass A, columns ``[c0, c0 + CHUNK)``: gated, rounded to bf16 and stored in
-    ``latent``; returns ``squares`` (``[N, CHUNK]`` fp32) with their squares added, column by column."""
-    cols = c0 + tl.arange(0, CHUNK)
-    x = to_bf16(gate(cur, prev, group, cols, D))
-    tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=group[:, None])
-    x = x.to(tl.float32)
-    return squares + x * x
 
 
 @triton.jit
@@ -163,56 +157,25 @@ def latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_
 
     Each element of ``latent`` is read, then written, by the same lane: no lane overtakes another.
     """
+    m = group[:, None]
+    j = tl.arange(0, I)
     k = tl.full((rows.shape[0], I), 0.0, tl.float32)
     for k0 in range(0, D, BLOCK_K):
-        k = latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot,
-                        group_pos, inv_rms, k, k0, D, I, ROPE, BLOCK_K)
+        kk = k0 + tl.arange(0, BLOCK_K)
+        here = latent_ptr + rows[:, None] * D + kk[None, :]
+        x = tl.load(here, mask=m, other=0.0).to(tl.float32)
+        latent = rms_norm(x, inv_rms, tl.load(norm_w_ptr + kk).to(tl.float32))
+        a = latent.to(tl.bfloat16)
+        tl.store(here, a, mask=m)
+        to_cache = a
+        if k0 + BLOCK_K > D - ROPE:  # a chunk that holds rope dims (the others need no cos or sin)
+            freq = rope_frequencies(inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
+            c, s = rope_angles(group_pos, freq)
+            to_cache = rope(latent, c, s)
+        tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m)
+        # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
+        k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None]), k)
     return k
-
-
-@triton.jit
-def latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, cache_slot, group_pos,
-                inv_rms, k, k0, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One step of pass B, columns ``[k0, k0 + BLOCK_K)``: the gated row read back, normalised and
-    stored as the latent, turned by RoPE where the step holds rope dims and stored in the KV cache;
-    returns ``k`` (``[N, I]`` fp32) with the step's share of ``latent @ wk.T`` added."""
-    m = group[:, None]
-    kk = k0 + tl.arange(0, BLOCK_K)
-    here = latent_ptr + rows[:, None] * D + kk[None, :]
-    x = tl.load(here, mask=m, other=0.0).to(tl.float32)
-    latent = rms_norm(x, inv_rms, tl.load(norm_w_ptr + kk).to(tl.float32))
-    a = latent.to(tl.bfloat16)
-    tl.store(here, a, mask=m)
-    to_cache = a
-    if k0 + BLOCK_K > D - ROPE:  # a step that holds rope dims (the others need no cos or sin)
-        freq = rope_frequencies(inv_freq_ptr, k0 // 2 + tl.arange(0, BLOCK_K // 2), (D - ROPE) // 2, ROPE)
-        c, s = rope_angles(group_pos, freq)
-        to_cache = rope(latent, c, s)
-    tl.store(kv_cache_ptr + cache_slot[:, None] * D + kk[None, :], to_cache, mask=m)
-    # a [BLOCK_K, I] tile of wk.T: column j of k is row j of wk
-    j = tl.arange(0, I)
-    return dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None]), k)
-
-
-@triton.jit
-def overlapped_sweeps(cur, prev, group, rows, rows_b, group_b, cache_slot_b, group_pos_b, inv_rms_b, latent_ptr,
-                      wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, D: tl.constexpr, I: tl.constexpr,
-                      ROPE: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
-                      GATE_STAGES: tl.constexpr):
-    """Pass A of one block (``cur``, ``prev``, ``group``, ``rows``) and pass B of the block before it
-    (``rows_b``, ``group_b``, ... whose pass A is done), step by step in one loop: each step gates
-    ``CHUNK`` columns of the one (its rows read from memory) and normalises, stores and multiplies
-    into the index key the same columns of the other (read from the L2). The loads of the one wait
-    for memory while the other computes. Returns pass A's sum of squares and pass B's index key,
-    each computed exactly as :func:`gate_and_sum_squares` and :func:`latent_and_index_key` compute
-    it (the same steps, in the same order)."""
-    squares = tl.full((rows.shape[0], CHUNK), 0.0, tl.float32)
-    k = tl.full((rows.shape[0], I), 0.0, tl.float32)
-    for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
-        squares = gate_step(cur, prev, group, rows, latent_ptr, squares, c0, D, CHUNK)
-        k = latent_step(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows_b, group_b, cache_slot_b,
-                        group_pos_b, inv_rms_b, k, c0, D, I, ROPE, CHUNK)
-    return row_sum(squares, LOG2_CHUNK), k
 
 
 @triton.jit
