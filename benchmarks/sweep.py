@@ -50,8 +50,7 @@ def parse_variant(spec: str):
     if spec == "default":
         return None
     keys = {"g": "groups", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
-            "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages",
-            "n": "narrow_a"}
+            "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages"}
     fields = {}
     for part in spec.split("."):
         key = part.rstrip("0123456789")

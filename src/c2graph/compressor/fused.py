@@ -68,7 +68,6 @@ class KernelBlocks:
     programs_per_sm: int | None = None
     max_registers: int | None = None
     gate_stages: int = 1
-    narrow_a: bool = False
 
     @property
     def lanes(self) -> int:
@@ -81,7 +80,7 @@ class KernelBlocks:
         extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
                         if value is not None)
         return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
-                f".a{self.gate_stages}{'.n1' if self.narrow_a else ''}")
+                f".a{self.gate_stages}")
 
 
 def block_lanes(groups: int) -> int:
@@ -220,7 +219,7 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
         CHUNK=min(blocks.chunk, D), LOG2_CHUNK=min(blocks.chunk, D).bit_length() - 1,
         BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
-        RING_PAD=triton.next_power_of_2(ring_size), NARROW_A=bool(blocks.narrow_a),
+        RING_PAD=triton.next_power_of_2(ring_size),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
     )
 

@@ -53,7 +53,7 @@ from .._runtime import INTERPRET
 from . import fused_math, fused_rows, torch_path
 from .fused_math import (gate, gate_and_sum_squares, index_key_to_cache, index_key_weights, latent_and_index_key,
                          partners, rms_norm, rope, rope_angles)
-from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring, widen
+from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring
 
 if INTERPRET:
     from triton.runtime.interpreter import InterpretedFunction
@@ -73,7 +73,6 @@ def fused_compress_kernel(
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
-    NARROW_A: tl.constexpr = False,
 ):
     # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
     # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
@@ -83,7 +82,7 @@ def fused_compress_kernel(
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
-                                                   raw_ptr, num_rows, GROUPS if NARROW_A else LANES, GROUPS)
+                                                   raw_ptr, num_rows, LANES, GROUPS)
         group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
         if tl.max(group.to(tl.int32), axis=0) != 0:  # a block past the batch's last pair skips the passes
             cur, prev = partners(projected_ptr, ring_ptr, rows, pos, req, from_ring, D, RING)
@@ -92,17 +91,11 @@ def fused_compress_kernel(
             # Pass A: gate, and the sum of squares the RMSNorm needs before it can scale any column.
             sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES)
             inv_rms = tl.rsqrt(sum_sq / D + eps)
-            if NARROW_A:  # pass A ran on the block's GROUPS lanes only; tl.dot needs LANES = 2 * GROUPS
-                tl.static_assert(LANES == 2 * GROUPS)
-                rows_b, group_b = widen(rows, 0), widen(group.to(tl.int8), 0) != 0
-                slot_b, pos_b, inv_b = widen(cache_slot, 0), widen(group_pos, 0.0), widen(inv_rms, 0.0)
-            else:
-                rows_b, group_b, slot_b, pos_b, inv_b = rows, group, cache_slot, group_pos, inv_rms
             # Pass B reads the gated rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()
-            k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows_b, group_b,
-                                     slot_b, pos_b, inv_b, D, I, ROPE, BLOCK_K)
-            index_key_to_cache(k, group_b, slot_b, pos_b, k_norm, key_freq, index_k_ptr, eps, I)
+            k = latent_and_index_key(latent_ptr, wk_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group,
+                                     cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
+            index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
                      num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
 

@@ -164,10 +164,3 @@ def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, end
         dst = ring_row(req, pos, RING)
         ok = ok & (tl.load(raw_ptr + src, mask=ok, other=0) != 0) & (dst >= 0) & (dst < ring_rows - 1)
         tl.store(ring_ptr + dst[:, None] * (2 * D) + both[None, :], rows, mask=ok[:, None])
-
-
-@triton.jit
-def widen(x, fill):
-    """``[N]`` -> ``[2N]``: lane ``i`` of ``x`` at lane ``2i``, ``fill`` at the odd lanes (for a
-    16-lane ``tl.dot`` tile made of 8 lanes' rows)."""
-    return tl.reshape(tl.join(x, tl.full(x.shape, fill, x.dtype)), (2 * x.shape[0],))
