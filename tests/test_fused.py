@@ -158,7 +158,8 @@ def test_a_block_whose_groups_lie_in_several_requests(device):
     KernelBlocks(groups=16, chunk=8, block_k=16, num_warps=4),
     KernelBlocks(groups=32, chunk=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
     KernelBlocks(groups=64, chunk=32, block_k=32, num_warps=8, num_stages=2),
-], ids=["g16", "g32-persistent", "g64"])
+    KernelBlocks(groups=16, chunk=16, block_k=16, num_warps=4, gate_halves=True),
+], ids=["g16", "g32-persistent", "g64", "g16-halves"])
 def test_every_block_shape_computes_the_same_function(device, blocks):
     """More groups a block, narrower column sweeps, programs looping over blocks: the same function."""
     requests = [(0, 3, 40), (1, 0, 9), (2, 8, 1), (3, 1, 1), (4, 5, 70), (5, 0, 2)]
@@ -178,7 +179,8 @@ def test_dsv41_matches_torch(device, bucket):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_dsv41_small_and_large_bucket_blocks_agree_bitwise(device):
-    """The two buckets' blocks share the groups out differently but give each group the same arithmetic:
+    """The two buckets' blocks share the groups out differently (and gate pass A's chunks whole or in
+    halves) but give each group the same arithmetic:
     a batch compressed with either writes the same bits (a request gives the same caches whichever
     bucket its chunk lands in)."""
     cfg = c2.Config.dsv41()

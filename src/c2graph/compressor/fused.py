@@ -58,6 +58,8 @@ class KernelBlocks:
     - ``gate_stages``: pass A's software pipeline (``tl.range(..., num_stages=gate_stages)``): its
       loads run ``gate_stages - 1`` chunks ahead of its math (1: none). Changes no arithmetic,
       only when the loads are issued
+    - ``gate_halves``: pass A gates each chunk as two tiles of half its columns (the same bits):
+      each thread's copy from memory stays 16 contiguous bytes where a block's warps are few
     """
 
     groups: int
@@ -68,6 +70,7 @@ class KernelBlocks:
     programs_per_sm: int | None = None
     max_registers: int | None = None
     gate_stages: int = 1
+    gate_halves: bool = False
 
     @property
     def lanes(self) -> int:
@@ -76,11 +79,11 @@ class KernelBlocks:
     @property
     def name(self) -> str:
         """The blocks spelled as ``benchmarks/NOTES.md`` spells its variants:
-        ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>``."""
+        ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>[.h1]``."""
         extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
                         if value is not None)
         return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
-                f".a{self.gate_stages}")
+                f".a{self.gate_stages}{'.h1' if self.gate_halves else ''}")
 
 
 def block_lanes(groups: int) -> int:
@@ -98,11 +101,16 @@ most programs (8 pairs in 16-lane tiles), about one an SM, so a replay takes one
 of memory round trips: 8 warps share each step, and the loads of pass A run three chunks ahead of
 its math, those of pass B's product two steps ahead (measured on an H200: ``benchmarks/NOTES.md``)."""
 
-WIDE_LARGE_BUCKET = KernelBlocks(groups=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3)
+WIDE_LARGE_BUCKET = KernelBlocks(groups=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3,
+                                gate_halves=True)
 """Layers with ``D >= 256`` in larger buckets: 16 pairs a block, every lane busy, 4 warps, so that
-five programs fit on an SM and hide each other's loads. The same tiles and column sweeps as
-:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_math.row_sum`),
-so each group's arithmetic, and every bit of its results, is the same in every bucket."""
+four programs fit on an SM and hide each other's loads. Pass A gates each chunk in two half-width
+tiles: a ``[16, 64]`` fp32 tile over 4 warps gives a thread 32 contiguous bytes, copied in two
+16-byte pieces that each fetch half of every sector the warp touches, so every sector came from
+the L2 twice (``benchmarks/NOTES.md``). The same chunks and column sweeps as
+:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_math.row_sum`;
+a chunk's pairwise sum ends by adding its two halves'), so each group's arithmetic, and every bit
+of its results, is the same in every bucket."""
 
 SMALL_BUCKET_ROWS = 4096
 
@@ -217,7 +225,7 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
         D=D, I=index_dim, ROPE=rope_dim, RING=ring_size,
         GROUPS=blocks.groups, LANES=lanes,
         CHUNK=min(blocks.chunk, D), LOG2_CHUNK=min(blocks.chunk, D).bit_length() - 1,
-        BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages,
+        BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages, GATE_HALVES=blocks.gate_halves,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,

@@ -19,9 +19,10 @@ pairs leaves half of them idle.
 
 A block makes two sweeps over the columns of its lanes' groups, with a barrier between them:
 
-A. the gate, ``CHUNK`` columns at a time: each lane's two rows are read once, the pooled row
-   rounded to bf16 and stored in ``latent`` (not yet normalised: RMSNorm needs the sum of
-   squares of the whole row first), the sum of squares accumulated;
+A. the gate, ``CHUNK`` columns at a time (as two tiles of half as many columns where a block's
+   warps are few: the same bits): each lane's two rows are read once, the pooled row rounded to
+   bf16 and stored in ``latent`` (not yet normalised: RMSNorm needs the sum of squares of the
+   whole row first), the sum of squares accumulated;
 B. ``BLOCK_K`` columns at a time: the gated row read back from ``latent`` (the barrier makes the
    other threads' stores visible), normalised, stored over itself and, turned by RoPE where the
    chunk holds rope dims, in the KV cache, and multiplied into the index key, ``latent @ wk.T``
@@ -72,7 +73,8 @@ def fused_compress_kernel(
     num_rows, request_slots, num_blocks, kv_slots, ring_rows, eps,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
-    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
+    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr, S_PAD: tl.constexpr,
+    RING_PAD: tl.constexpr,
 ):
     # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
     # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
@@ -89,7 +91,8 @@ def fused_compress_kernel(
             cache_slot = raw // 2  # the group's c2 slot
             group_pos = (pos - 1).to(tl.float32)
             # Pass A: gate, and the sum of squares the RMSNorm needs before it can scale any column.
-            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES)
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES,
+                                          GATE_HALVES)
             inv_rms = tl.rsqrt(sum_sq / D + eps)
             # Pass B reads the gated rows other threads stored; the barrier makes them visible.
             tl.debug_barrier()

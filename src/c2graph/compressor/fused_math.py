@@ -122,8 +122,18 @@ def row_sum_in_order(x, N: tl.constexpr):
 
 
 @triton.jit
+def gated_chunk(cur, prev, group, rows, latent_ptr, cols, squares, D: tl.constexpr):
+    """One tile of pass A: the lanes' groups gated at ``cols``, rounded to bf16 and stored in
+    ``latent``; returns ``squares`` with the tile's squares added, column by column."""
+    x = to_bf16(gate(cur, prev, group, cols, D))
+    tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=group[:, None])
+    x = x.to(tl.float32)
+    return squares + x * x
+
+
+@triton.jit
 def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CHUNK: tl.constexpr,
-                         LOG2_CHUNK: tl.constexpr, GATE_STAGES: tl.constexpr):
+                         LOG2_CHUNK: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr):
     """Pass A: each lane's group gated ``CHUNK`` columns at a time, rounded to bf16 and stored in
     ``latent`` at the group row, not yet normalised; returns each lane's sum of squares ``[N]`` fp32.
 
@@ -133,16 +143,27 @@ def gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D: tl.constexpr, CH
     their way (into shared memory) while this chunk's math runs; under the interpreter it is a
     plain loop. The squares are added up column by column over the chunks, then across the
     columns by :func:`row_sum`: one order of additions, whatever the warps.
+
+    ``GATE_HALVES``: a chunk is gated as two tiles of ``CHUNK // 2`` columns, each with its own
+    squares (its first and its second half's columns). The pairwise sum of ``CHUNK`` columns ends
+    by adding those of its two halves, so the bits are the same either way. Half-width tiles keep
+    each thread's copy to 16 contiguous bytes when a block has few warps: a thread that copies more
+    leaves gaps across the warp, and the copies into shared memory, which bypass the L1, fetch
+    every 32-byte sector twice.
     """
-    m = group[:, None]
-    squares = tl.full((rows.shape[0], CHUNK), 0.0, tl.float32)  # column c: squares of columns c, c + CHUNK, ...
-    for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
-        cols = c0 + tl.arange(0, CHUNK)
-        x = to_bf16(gate(cur, prev, group, cols, D))
-        tl.store(latent_ptr + rows[:, None] * D + cols[None, :], x, mask=m)
-        x = x.to(tl.float32)
-        squares += x * x
-    return row_sum(squares, LOG2_CHUNK)
+    if GATE_HALVES:
+        HALF: tl.constexpr = CHUNK // 2
+        low = tl.full((rows.shape[0], HALF), 0.0, tl.float32)  # column c: squares of columns c, c + CHUNK, ...
+        high = tl.full((rows.shape[0], HALF), 0.0, tl.float32)  # column c: those of c + HALF, c + HALF + CHUNK, ...
+        for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
+            low = gated_chunk(cur, prev, group, rows, latent_ptr, c0 + tl.arange(0, HALF), low, D)
+            high = gated_chunk(cur, prev, group, rows, latent_ptr, c0 + HALF + tl.arange(0, HALF), high, D)
+        return row_sum(low, LOG2_CHUNK - 1) + row_sum(high, LOG2_CHUNK - 1)
+    else:
+        squares = tl.full((rows.shape[0], CHUNK), 0.0, tl.float32)  # column c: squares of columns c, c + CHUNK, ...
+        for c0 in tl.range(0, D, CHUNK, num_stages=GATE_STAGES):
+            squares = gated_chunk(cur, prev, group, rows, latent_ptr, c0 + tl.arange(0, CHUNK), squares, D)
+        return row_sum(squares, LOG2_CHUNK)
 
 
 @triton.jit

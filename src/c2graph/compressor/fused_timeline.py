@@ -41,7 +41,8 @@ def timed_kernel(
     ring_rows, eps, ts_ptr,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
-    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, S_PAD: tl.constexpr, RING_PAD: tl.constexpr,
+    BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr, S_PAD: tl.constexpr,
+    RING_PAD: tl.constexpr,
 ):
     """The fused kernel, stamped: ``ts[pid] = [start, rows and flags, pass A, pass B, index key, end]``."""
     pid = tl.program_id(0)
@@ -60,7 +61,8 @@ def timed_kernel(
             cache_slot = raw // 2
             group_pos = (pos - 1).to(tl.float32)
             tl.store(t + 1, stamp(tl.sum(group.to(tl.int32)) + tl.sum(cache_slot.to(tl.int32))))
-            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES)
+            sum_sq = gate_and_sum_squares(cur, prev, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES,
+                                          GATE_HALVES)
             inv_rms = tl.rsqrt(sum_sq / D + eps)
             tl.store(t + 2, stamp((tl.sum(inv_rms) > -1.0).to(tl.int32)))
             tl.debug_barrier()
