@@ -186,7 +186,7 @@ def launch(case: Case, kind: str, spec: str, projected: torch.Tensor, out: Outpu
             projected, out.latent, out.kv_cache, out.index_k, pairs, D=cfg.D, I=cfg.index_dim, **sizes)
     blocks = parse_variant(spec) or fused.kernel_blocks(cfg.D, case.rows)
     const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, 1, blocks)
-    for name in ("RING", "S_PAD", "RING_PAD", "WIN"):
+    for name in ("RING", "S_PAD", "RING_PAD"):
         const.pop(name)
     if kind.startswith("split"):
         slices = int(kind[len("split"):])

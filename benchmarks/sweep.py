@@ -46,12 +46,11 @@ L2_BYTES = 60 * 2**20
 
 
 def parse_variant(spec: str):
-    """``default`` -> ``None``; ``g16.c64.k64.w4[.st2][.p2][.r128][.a3][.h1][.m1]`` -> a ``KernelBlocks``."""
+    """``default`` -> ``None``; ``g16.c64.k64.w4[.st2][.p2][.r128][.a3][.h1]`` -> a ``KernelBlocks``."""
     if spec == "default":
         return None
     keys = {"g": "groups", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
-            "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages", "h": "gate_halves",
-            "m": "row_window"}
+            "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages", "h": "gate_halves"}
     fields = {}
     for part in spec.split("."):
         key = part.rstrip("0123456789")

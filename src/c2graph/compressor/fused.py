@@ -60,8 +60,6 @@ class KernelBlocks:
       only when the loads are issued
     - ``gate_halves``: pass A gates each chunk as two tiles of half its columns (the same bits):
       each thread's copy from memory stays 16 contiguous bytes where a block's warps are few
-    - ``row_window``: a program reads the metadata of the rows its first block can take beside
-      the extend offsets, not after them (one trip to memory fewer before pass A; the same facts)
     """
 
     groups: int
@@ -73,7 +71,6 @@ class KernelBlocks:
     max_registers: int | None = None
     gate_stages: int = 1
     gate_halves: bool = False
-    row_window: bool = False
 
     @property
     def lanes(self) -> int:
@@ -82,11 +79,11 @@ class KernelBlocks:
     @property
     def name(self) -> str:
         """The blocks spelled as ``benchmarks/NOTES.md`` spells its variants:
-        ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>[.h1][.m1]``."""
+        ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>[.h1]``."""
         extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
                         if value is not None)
         return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
-                f".a{self.gate_stages}{'.h1' if self.gate_halves else ''}{'.m1' if self.row_window else ''}")
+                f".a{self.gate_stages}{'.h1' if self.gate_halves else ''}")
 
 
 def block_lanes(groups: int) -> int:
@@ -217,13 +214,6 @@ def grid_size(num_blocks: int, blocks: KernelBlocks, device: torch.device) -> in
     return min(num_blocks, blocks.programs_per_sm * sm_count(device))
 
 
-def window_size(groups: int, request_slots: int) -> int:
-    """Rows of a block's metadata window (:func:`~c2graph.compressor.fused_rows.window_rows`): the
-    ``2 * groups`` rows of its pairs, the ``S_PAD`` rows they can lie before, and one more for a
-    pair's second row, rounded up to a power of two."""
-    return triton.next_power_of_2(2 * groups + triton.next_power_of_2(max(request_slots, 1)) + 2)
-
-
 def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, request_slots: int,
                      blocks: KernelBlocks) -> dict:
     """The kernel's compile-time constants (``tl.constexpr`` arguments) and Triton's launch options
@@ -238,7 +228,6 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
         BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages, GATE_HALVES=blocks.gate_halves,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
-        WIN=window_size(blocks.groups, request_slots) if blocks.row_window else 0,
         num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
     )
 

@@ -54,7 +54,7 @@ from .._runtime import INTERPRET
 from . import fused_math, fused_rows, torch_path
 from .fused_math import (gate, gate_and_sum_squares, index_key_to_cache, index_key_weights, latent_and_index_key,
                          partners, rms_norm, rope, rope_angles)
-from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring, window_rows
+from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring
 
 if INTERPRET:
     from triton.runtime.interpreter import InterpretedFunction
@@ -74,24 +74,17 @@ def fused_compress_kernel(
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr, S_PAD: tl.constexpr,
-    RING_PAD: tl.constexpr, WIN: tl.constexpr,
+    RING_PAD: tl.constexpr,
 ):
     # The grid depends only on static sizes (the buffer's rows, the request slots, the SMs): the
     # extend offsets, read here from a tensor, decide which group each lane computes. A graph can
     # capture this launch. The pair table is the same for every block, and so are the index key's
-    # weights: read once a program, at its start, so that no later step waits for them. So is the
-    # metadata of the rows the program's first block can take (WIN > 0), beside the offsets.
-    if WIN > 0:
-        win_first, win_pos, win_req, win_raw = window_rows(pos_ptr, req_ptr, raw_ptr, tl.program_id(0), num_rows,
-                                                           GROUPS, S_PAD, WIN)
-    else:
-        win_first, win_pos, win_req, win_raw = 0, 0, 0, 0
+    # weights: read once a program, at its start, so that no later step waits for them.
     starts, ends, pairs, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
-        rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, win_first, win_pos,
-                                                   win_req, win_raw, pos_ptr, req_ptr, raw_ptr, num_rows, LANES,
-                                                   GROUPS, WIN)
+        rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
+                                                   raw_ptr, num_rows, LANES, GROUPS)
         group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
         if tl.max(group.to(tl.int32), axis=0) != 0:  # a block past the batch's last pair skips the passes
             cur, prev = partners(projected_ptr, ring_ptr, rows, pos, req, from_ring, D, RING)
@@ -127,7 +120,6 @@ class Stage(NamedTuple):
 STAGES: tuple[Stage, ...] = (
     Stage("rows inside a request", live_rows, (torch_path.previous_row_is_partner,)),
     Stage("first rows of requests", first_rows, (torch_path.ring_read_rows,)),
-    Stage("the rows a block can take", window_rows, ()),
     Stage("pairs of rows", pair_table, ()),
     Stage("the group of each lane", lane_rows, ()),
     Stage("group rows", group_rows, ()),

@@ -70,57 +70,18 @@ def first_rows(k, take_first):
 
 
 @triton.jit
-def window_rows(pos_ptr, req_ptr, raw_ptr, program, num_rows, GROUPS: tl.constexpr, S_PAD: tl.constexpr,
-                WIN: tl.constexpr):
-    """The metadata of the rows a program's first block can take, read from its number alone: the
-    window's first row, and ``pos``, ``req``, ``raw_out_loc`` of its ``WIN`` rows (``[WIN]`` int64
-    each; 0 past the buffer).
-
-    Pair ``p`` of a batch whose requests follow one another is pair ``k`` of some request ``i``: its
-    first row is ``start_i + 2 k = 2 p - (requests before i with an odd number of rows)``, so a
-    block's rows lie between ``2 * block * GROUPS - S_PAD`` and ``2 * (block + 1) * GROUPS``. Those
-    loads need no offsets, so they go to memory beside the offsets' load instead of after it;
-    :func:`lane_rows` takes each lane's facts from the window, and loads them itself for any lane
-    whose rows are not in it (other offsets, a persistent program's later blocks).
-    """
-    first = 2 * program.to(tl.int64) * GROUPS - S_PAD
-    r = first + tl.arange(0, WIN)
-    ok = (r >= 0) & (r < num_rows)
-    return (first, tl.load(pos_ptr + r, mask=ok, other=0), tl.load(req_ptr + r, mask=ok, other=0),
-            tl.load(raw_ptr + r, mask=ok, other=0))
-
-
-@triton.jit
-def from_window(values, at, live):
-    """``[LANES]``: ``values`` (``[WIN]``) at each lane's window index (``at``: ``[WIN, LANES]``, the
-    one-hot match of the window's rows and the lanes'), 0 where a lane is not ``live``. Summed over
-    the window's axis, like the pair table in :func:`lane_rows`: no gather, the lanes' own layout."""
-    return tl.where(live, tl.sum(tl.where(at, values[:, None], 0), axis=0), 0)
-
-
-@triton.jit
-def pair_metadata(pos_ptr, req_ptr, raw_ptr, first, a, b):
-    """``pos``, ``req`` and ``raw_out_loc`` of each lane's two rows, ``first`` and ``first + 1``
-    (where ``a``, ``b``; else 0), loaded from memory in one trip: the six loads issued together."""
-    return (tl.load(pos_ptr + first, mask=a, other=0), tl.load(pos_ptr + first + 1, mask=b, other=0),
-            tl.load(req_ptr + first, mask=a, other=0), tl.load(req_ptr + first + 1, mask=b, other=0),
-            tl.load(raw_ptr + first, mask=a, other=0), tl.load(raw_ptr + first + 1, mask=b, other=0))
-
-
-@triton.jit
-def lane_rows(block, starts, ends, pairs, first_pair, win_first, win_pos, win_req, win_raw, pos_ptr, req_ptr,
-              raw_ptr, num_rows, LANES: tl.constexpr, GROUPS: tl.constexpr, WIN: tl.constexpr):
+def lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr, num_rows,
+              LANES: tl.constexpr, GROUPS: tl.constexpr):
     """Every fact about the row each lane computes, found once: the row, its ``pos``, ``req`` and
     ``raw_out_loc`` (``[LANES]`` int64 each) and whether it is its request's first row (``[LANES]``
-    bool), from the pair table (:func:`pair_table`) and the rows' metadata.
+    bool), from the pair table (:func:`pair_table`).
 
     Lane ``t`` of block ``b`` takes the batch's pair number ``b * GROUPS + t``, found in the request
     whose pairs hold it, and computes the pair's row at an odd ``pos``. ``pos``, ``req`` and
-    ``raw_out_loc`` of both rows come from the window (``win_*``: :func:`window_rows`, loaded beside
-    the offsets; ``WIN == 0``: no window) when every lane's rows lie in it, else from memory, both
-    rows at once (one trip). A lane past ``GROUPS`` (``tl.dot`` needs 16 lanes) or past the batch's last pair
-    gets ``num_rows``: past the buffer, so it loads and stores nothing; so does a lane whose pair
-    has no odd position (a request's last row, alone and at an even position).
+    ``raw_out_loc`` are loaded for both rows at once (one trip to memory). A lane past
+    ``GROUPS`` (``tl.dot`` needs 16 lanes) or past the batch's last pair gets ``num_rows``: past
+    the buffer, so it loads and stores nothing; so does a lane whose pair has no odd position (a
+    request's last row, alone and at an even position).
     """
     lane = tl.arange(0, LANES)
     p = block * GROUPS + lane.to(tl.int64)
@@ -133,23 +94,16 @@ def lane_rows(block, starts, ends, pairs, first_pair, win_first, win_pos, win_re
     end = tl.sum(tl.where(mine, ends[:, None], 0), axis=0)  # one past its request's last row
     a = live_rows(mine) & (lane < GROUPS) & (first >= 0) & (first < num_rows)
     b = a & (first + 1 < end) & (first + 1 < num_rows)
-    # Both rows' metadata: under offsets that are right, the second row's pos is the first's plus
-    # one and its req the same, but a graph replaying frozen offsets can put a pair across two
-    # requests, and the lane must then see the rows as they are (no group where neither pos is
-    # odd), or two lanes would race to store one c2 slot.
-    if WIN > 0:
-        i = first - win_first  # each lane's first row in the window
-        if tl.min(tl.where(a, (i >= 0) & (i + 1 < WIN), True).to(tl.int32), axis=0) == 1:
-            w = tl.arange(0, WIN)[:, None]
-            at_a = w == i[None, :]
-            at_b = w == i[None, :] + 1
-            pos_a, pos_b = from_window(win_pos, at_a, a), from_window(win_pos, at_b, b)
-            req_a, req_b = from_window(win_req, at_a, a), from_window(win_req, at_b, b)
-            raw_a, raw_b = from_window(win_raw, at_a, a), from_window(win_raw, at_b, b)
-        else:
-            pos_a, pos_b, req_a, req_b, raw_a, raw_b = pair_metadata(pos_ptr, req_ptr, raw_ptr, first, a, b)
-    else:
-        pos_a, pos_b, req_a, req_b, raw_a, raw_b = pair_metadata(pos_ptr, req_ptr, raw_ptr, first, a, b)
+    # Both rows' metadata, in one trip: under offsets that are right, the second row's pos is the
+    # first's plus one and its req the same, but a graph replaying frozen offsets can put a pair
+    # across two requests, and the lane must then see the rows as they are (no group where neither
+    # pos is odd), or two lanes would race to store one c2 slot.
+    pos_a = tl.load(pos_ptr + first, mask=a, other=0)
+    pos_b = tl.load(pos_ptr + first + 1, mask=b, other=0)
+    req_a = tl.load(req_ptr + first, mask=a, other=0)
+    req_b = tl.load(req_ptr + first + 1, mask=b, other=0)
+    raw_a = tl.load(raw_ptr + first, mask=a, other=0)
+    raw_b = tl.load(raw_ptr + first + 1, mask=b, other=0)
     take_a = a & (pos_a % 2 == 1)
     take_b = b & ~take_a & (pos_b % 2 == 1)
     rows = tl.where(take_a, first, tl.where(take_b, first + 1, num_rows))

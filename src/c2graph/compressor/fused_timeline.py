@@ -21,7 +21,7 @@ import triton.language as tl
 
 from . import fused
 from .fused_kernel import (gate_and_sum_squares, group_rows, index_key_to_cache, index_key_weights, lane_rows,
-                           latent_and_index_key, pair_table, park_in_ring, partners, window_rows)
+                           latent_and_index_key, pair_table, park_in_ring, partners)
 
 STEPS = ("rows and flags", "pass A", "pass B", "index key", "park")
 """The steps of one program, in order: a program's stamps ``[start, *ends of each step]``."""
@@ -42,23 +42,17 @@ def timed_kernel(
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
     GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr, S_PAD: tl.constexpr,
-    RING_PAD: tl.constexpr, WIN: tl.constexpr,
+    RING_PAD: tl.constexpr,
 ):
     """The fused kernel, stamped: ``ts[pid] = [start, rows and flags, pass A, pass B, index key, end]``."""
     pid = tl.program_id(0)
     t = ts_ptr + pid * 6
     tl.store(t, stamp(pid))
-    if WIN > 0:
-        win_first, win_pos, win_req, win_raw = window_rows(pos_ptr, req_ptr, raw_ptr, tl.program_id(0), num_rows,
-                                                           GROUPS, S_PAD, WIN)
-    else:
-        win_first, win_pos, win_req, win_raw = 0, 0, 0, 0
     starts, ends, pairs, first_pair = pair_table(offsets_ptr, request_slots, S_PAD)
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
-        rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, win_first, win_pos,
-                                                   win_req, win_raw, pos_ptr, req_ptr, raw_ptr, num_rows, LANES,
-                                                   GROUPS, WIN)
+        rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
+                                                   raw_ptr, num_rows, LANES, GROUPS)
         group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
         for i in range(1, 5):  # a block with no group skips its passes: they take no time
             tl.store(t + i, stamp(tl.sum(group.to(tl.int32))))
