@@ -1,10 +1,10 @@
-"""How fast could the fused kernel be? Two simpler kernels on the same inputs, timed beside it.
+"""How fast could the fused kernel be? Simpler kernels on the same inputs, timed beside it.
 
 On a CUDA machine, from the repository root::
 
     PYTHONPATH=src python3 benchmarks/bounds.py --rows 256,2048,16384,65536 --out bounds.json
 
-Both read the same ``dsv41`` buffers as ``benchmarks/sweep.py`` (enough of them that replays come
+All read the same ``dsv41`` buffers as ``benchmarks/sweep.py`` (enough of them that replays come
 from memory, not from the L2), are replayed in CUDA graphs and timed the same way, and are checked
 against torch before they are timed:
 
@@ -24,7 +24,7 @@ against torch before they are timed:
 - ``split<S>.<blocks>``: the sketch with pass A's columns spread over ``S`` programs a block; each
   stores its slice of the gated rows and arrives on the block's counter (an atomic add), and the
   last to arrive sums the squares from the stored rows (the same order as pass A's), then runs
-  pass B and the index key for the whole block. No program waits for another, so it runs under
+  pass B and the index key for the whole block (pass A's chunks whole: no ``.h1``). No program waits for another, so it runs under
   the interpreter too. What spreading a group's columns over programs would buy.
 - ``fused.<blocks>`` (``fused.default``: the library's blocks): the fused kernel itself, on the
   sweep's ragged batch of the same rows.
@@ -51,7 +51,7 @@ from c2graph.compressor.fused_math import (gate_and_sum_squares, gated_chunk, in
                                            row_sum)
 from c2graph.compressor.pools import POISON
 from c2graph.measure.traffic import weight_bytes
-from sweep import TOL, Case, _pct, capture, copy_bandwidth, parse_variant, time_replays
+from sweep import TOL, Case, _pct, capture, copy_bandwidth, measure_variant, parse_variant, time_replays
 
 
 @triton.jit
@@ -249,7 +249,6 @@ def nbytes(case: Case, kind: str) -> int:
 def measure(case: Case, variant: str, reps: int) -> dict:
     kind, _, spec = variant.partition(".")
     if kind == "fused":
-        from sweep import measure_variant
         want = case.fresh()
         case.torch_path(case.buffers[0], *want)
         r = measure_variant(case, spec, want, reps)
