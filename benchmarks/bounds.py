@@ -24,8 +24,9 @@ against torch before they are timed:
 - ``split<S>.<blocks>``: the sketch with pass A's columns spread over ``S`` programs a block; each
   stores its slice of the gated rows and arrives on the block's counter (an atomic add), and the
   last to arrive sums the squares from the stored rows (the same order as pass A's), then runs
-  pass B and the index key for the whole block (pass A's chunks whole: no ``.h1``). No program waits for another, so it runs under
-  the interpreter too. What spreading a group's columns over programs would buy.
+  pass B and the index key for the whole block (pass A's chunks whole: no ``.h1``). No program
+  waits for another, so it runs under the interpreter too. What spreading a group's columns over
+  programs would buy.
 - ``fused.<blocks>`` (``fused.default``: the library's blocks): the fused kernel itself, on the
   sweep's ragged batch of the same rows.
 
