@@ -206,6 +206,7 @@ def check(case: Case, kind: str, projected: torch.Tensor, out: Outputs) -> list[
     cfg, layer = case.cfg, case.layer
     D, I = cfg.D, cfg.index_dim
     cur, prev = projected[1::2], projected[0::2]
+    bad = []
     if kind == "stream":
         x = (prev[:, :D] * prev[:, D:] + cur[:, :D] * cur[:, D:]).to(torch.bfloat16)
         want = {"latent": x, "kv_cache": x, "index_k": x[:, :I]}
@@ -221,9 +222,8 @@ def check(case: Case, kind: str, projected: torch.Tensor, out: Outputs) -> list[
             gated = pooled.to(torch.bfloat16)
             inv_rms = torch.rsqrt(gated.double().pow(2).mean(-1) + cfg.eps).to(torch.bfloat16)
             want = {"latent": gated}
-            bad = check_close("inv_rms", out.index_k[1:, 0], inv_rms)
+            bad += check_close("inv_rms", out.index_k[1:, 0], inv_rms)
     got = {"latent": out.latent[1::2], "kv_cache": out.kv_cache[1:], "index_k": out.index_k[1:]}
-    bad = bad if kind == "sketchA" else []
     for name, w in want.items():
         bad += check_close(name, got[name], w)
     if not (out.latent[0::2].float() == POISON).all():
