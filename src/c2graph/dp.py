@@ -174,6 +174,9 @@ def _rank_main(rank, ranks, port, schedules, setup, init_timeout_s, folder) -> N
     try:
         reports = _run_rank(rank, schedules[rank], setup, dist, "cuda" if nccl else "cpu")
         Path(folder, f"rank-{rank}.pkl").write_bytes(pickle.dumps(reports))
+        # Every rank done before any tears down: a gloo group destroyed while its peer is still
+        # closing can abort the process ("terminate called without an active exception").
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
