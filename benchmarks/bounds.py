@@ -27,6 +27,11 @@ against torch before they are timed:
   pass B and the index key for the whole block (pass A's chunks whole: no ``.h1``). No program
   waits for another, so it runs under the interpreter too. What spreading a group's columns over
   programs would buy.
+- ``super<S>.<blocks>``: the sketch with the index key's product taken out of the blocks: each
+  block runs pass A and pass B without it (the latent and the KV cache), then arrives on its
+  *super-block*'s counter (``S`` blocks); the last to arrive multiplies all ``S * groups`` rows'
+  latents by ``wk`` at once (``wk`` read once for them, ``S``-times taller tiles) and stores their
+  index keys. What one read of ``wk`` for many blocks, in taller products, would buy.
 - ``fused.<blocks>`` (``fused.default``: the library's blocks): the fused kernel itself, on the
   sweep's ragged batch of the same rows.
 
@@ -47,7 +52,8 @@ import triton.language as tl
 
 import c2graph as c2
 from c2graph.compressor import fused, torch_path
-from c2graph.compressor.fused_math import (gate_and_sum_squares, gated_chunk, index_key_to_cache, index_key_weights,
+from c2graph.compressor.fused_math import (dot, gate_and_sum_squares, gated_chunk, index_key_to_cache,
+                                           index_key_weights,
                                            latent_and_index_key, rms_norm, rope, rope_angles, rope_frequencies,
                                            row_sum)
 from c2graph.compressor.pools import POISON
@@ -161,6 +167,42 @@ def split_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, 
         index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
 
 
+@triton.jit
+def super_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, kv_cache_ptr, index_k_ptr,
+                 latent_ptr, arrivals_ptr, num_pairs, num_blocks, eps, D: tl.constexpr, I: tl.constexpr,
+                 ROPE: tl.constexpr, GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr,
+                 LOG2_CHUNK: tl.constexpr, BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr,
+                 GATE_HALVES: tl.constexpr, SUPER: tl.constexpr):
+    block = tl.program_id(0)
+    lane = tl.arange(0, LANES)
+    p = block.to(tl.int64) * GROUPS + lane
+    group = (lane < GROUPS) & (p < num_pairs)
+    rows = 2 * p + 1
+    cur = projected_ptr + rows * (2 * D)
+    sum_sq = gate_and_sum_squares(cur, cur - 2 * D, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES,
+                                  GATE_HALVES)
+    inv_rms = tl.rsqrt(sum_sq / D + eps)
+    tl.debug_barrier()
+    normalise(latent_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, p + 1, (2 * p).to(tl.float32),
+              inv_rms, D, ROPE, BLOCK_K)
+    tl.debug_barrier()  # every thread's stores before the arrival
+    first = (block // SUPER) * SUPER
+    arriving = tl.minimum(num_blocks - first, SUPER)  # the last super-block may hold fewer blocks
+    ticket = tl.atomic_add(arrivals_ptr + block // SUPER, 1)  # acq_rel: the last sees every block's latents
+    if ticket % arriving == arriving - 1:
+        k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
+        q = first.to(tl.int64) * GROUPS + tl.arange(0, SUPER * GROUPS)
+        mine = q < num_pairs
+        j = tl.arange(0, I)
+        k = tl.full((SUPER * GROUPS, I), 0.0, tl.float32)
+        for k0 in range(0, D, BLOCK_K):
+            kk = k0 + tl.arange(0, BLOCK_K)
+            a = tl.load(latent_ptr + (2 * q + 1)[:, None] * D + kk[None, :], mask=mine[:, None], other=0.0,
+                        cache_modifier=".cg")
+            k = dot(a, tl.load(wk_ptr + j[None, :] * D + kk[:, None]), k)
+        index_key_to_cache(k, mine, q + 1, (2 * q).to(tl.float32), k_norm, key_freq, index_k_ptr, eps, I)
+
+
 def parse_stream(spec: str) -> dict:
     """``g16.c64.w4.st3`` -> the stream kernel's sizes and launch options."""
     keys = {"g": "LANES", "c": "CHUNK", "w": "num_warps", "st": "STAGES"}
@@ -189,6 +231,11 @@ def launch(case: Case, kind: str, spec: str, projected: torch.Tensor, out: Outpu
     const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, 1, blocks)
     for name in ("RING", "S_PAD", "RING_PAD"):
         const.pop(name)
+    if kind.startswith("super"):
+        blocks_ = triton.cdiv(pairs, blocks.groups)
+        return super_kernel[(blocks_,)](
+            projected, layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, out.kv_cache, out.index_k,
+            out.latent, out.arrivals, pairs, blocks_, cfg.eps, SUPER=int(kind[len("super"):]), **const)
     if kind.startswith("split"):
         slices = int(kind[len("split"):])
         const.pop("GATE_HALVES")

@@ -16,7 +16,8 @@ import c2graph  # noqa: F401  (sets up Triton's interpreter on a machine without
 
 BENCHMARKS = str(Path(__file__).resolve().parents[1] / "benchmarks")
 KINDS = ["stream.g8.c64.w4.st2", "stream.g4.c128.w4.st3", "sketch.default", "sketch.g16.c64.k64.w4.st3.a3.h1",
-         "sketchA.default", "sketchAB.default", "split2.default", "split8.g8.c64.k64.w8.st3.a4"]
+         "sketchA.default", "sketchAB.default", "split2.default", "split8.g8.c64.k64.w8.st3.a4",
+         "super4.default", "super2.g8.c64.k64.w8.st3.a4"]
 
 
 @pytest.fixture(scope="module")
