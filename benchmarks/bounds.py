@@ -232,10 +232,10 @@ def launch(case: Case, kind: str, spec: str, projected: torch.Tensor, out: Outpu
     for name in ("RING", "S_PAD", "RING_PAD"):
         const.pop(name)
     if kind.startswith("super"):
-        blocks_ = triton.cdiv(pairs, blocks.groups)
-        return super_kernel[(blocks_,)](
+        num_blocks = triton.cdiv(pairs, blocks.groups)
+        return super_kernel[(num_blocks,)](
             projected, layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, out.kv_cache, out.index_k,
-            out.latent, out.arrivals, pairs, blocks_, cfg.eps, SUPER=int(kind[len("super"):]), **const)
+            out.latent, out.arrivals, pairs, num_blocks, cfg.eps, SUPER=int(kind[len("super"):]), **const)
     if kind.startswith("split"):
         slices = int(kind[len("split"):])
         const.pop("GATE_HALVES")

@@ -69,3 +69,20 @@ def test_split_columns_give_the_sketchs_bits(bounds, case):
         for name in ("latent", "kv_cache", "index_k"):
             assert torch.equal(getattr(got, name), getattr(want, name)), (slices, name)
         assert (got.arrivals % slices == 0).all() and got.arrivals.sum() > 0
+
+
+@pytest.mark.parametrize("blocks", ["default", "g8.c64.k64.w8.st3.a4"])
+def test_super_blocks_count_their_arrivals_and_run_again(bounds, case, blocks):
+    """Each super-block's last block to arrive computes its index keys, a short last super-block
+    included (here 2 or 4 blocks in a super-block of 8), launch after launch: the counter of a
+    super-block of ``n`` blocks grows by ``n`` a launch, and the second launch's caches are right."""
+    bounds_module, sweep = bounds
+    pairs = case.rows // 2
+    groups = (sweep.parse_variant(blocks) or bounds_module.fused.kernel_blocks(case.cfg.D, case.rows)).groups
+    out = bounds_module.Outputs(case)
+    for _ in range(2):
+        projected = torch.randn(case.rows, 2 * case.cfg.D, device=case.device)
+        out.index_k.fill_(bounds_module.POISON)
+        bounds_module.launch(case, "super8", blocks, projected, out)
+        assert bounds_module.check(case, "super8", projected, out) == []
+    assert out.arrivals[0] == 2 * (pairs // groups) and out.arrivals[1:].sum() == 0
