@@ -173,18 +173,11 @@ def super_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, 
                  ROPE: tl.constexpr, GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr,
                  LOG2_CHUNK: tl.constexpr, BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr,
                  GATE_HALVES: tl.constexpr, SUPER: tl.constexpr):
+    # passes A and B without the product: the sketch's own
+    sketch_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, kv_cache_ptr, index_k_ptr,
+                  latent_ptr, num_pairs, eps, D, I, ROPE, GROUPS, LANES, CHUNK, LOG2_CHUNK, BLOCK_K, GATE_STAGES,
+                  GATE_HALVES, 2)
     block = tl.program_id(0)
-    lane = tl.arange(0, LANES)
-    p = block.to(tl.int64) * GROUPS + lane
-    group = (lane < GROUPS) & (p < num_pairs)
-    rows = 2 * p + 1
-    cur = projected_ptr + rows * (2 * D)
-    sum_sq = gate_and_sum_squares(cur, cur - 2 * D, group, rows, latent_ptr, D, CHUNK, LOG2_CHUNK, GATE_STAGES,
-                                  GATE_HALVES)
-    inv_rms = tl.rsqrt(sum_sq / D + eps)
-    tl.debug_barrier()
-    normalise(latent_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, p + 1, (2 * p).to(tl.float32),
-              inv_rms, D, ROPE, BLOCK_K)
     tl.debug_barrier()  # every thread's stores before the arrival
     first = (block // SUPER) * SUPER
     arriving = tl.minimum(num_blocks - first, SUPER)  # the last super-block may hold fewer blocks
