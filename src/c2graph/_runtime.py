@@ -1,25 +1,41 @@
 """Which machine this is, and how Triton will run on it.
 
 Imported first by ``c2graph/__init__.py``: on a machine without CUDA it sets
-``TRITON_INTERPRET=1`` *before* anything imports Triton, so the same kernels run in
-Triton's interpreter (numpy, one program after another) instead of being compiled.
+``TRITON_INTERPRET=1`` before the package's kernels are decorated, so the same kernels run in
+Triton's interpreter (numpy, one program after another) instead of being compiled. Triton
+builds its own library (``tl.cumsum`` and the rest) for one mode when it is first imported, so a
+program that imported ``triton`` before ``c2graph`` on such a machine stops at ``import c2graph``
+with one line that says what to do.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 
 import torch
 
 HAS_CUDA: bool = torch.cuda.is_available()
 
-if not HAS_CUDA and "triton" not in sys.modules:
+if not HAS_CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 import triton  # noqa: E402  (must come after TRITON_INTERPRET is decided)
+
+
+def _library_interpreted() -> bool:
+    """Whether Triton's own library (``tl.cumsum`` and the rest) was built for its interpreter:
+    Triton decorates it once, when ``triton`` is first imported."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(triton.language.cumsum, InterpretedFunction)
+
+
+if INTERPRET and not _library_interpreted():
+    raise ImportError(
+        "c2graph: Triton was imported before c2graph on a machine without CUDA, so its library is "
+        "built for a GPU: import c2graph before triton, or start Python with TRITON_INTERPRET=1 set")
 
 DEFAULT_DEVICE = torch.device("cuda" if HAS_CUDA else "cpu")
 
