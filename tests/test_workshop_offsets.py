@@ -92,7 +92,7 @@ def test_offsets_builder_check():
 
 def test_refresh_check():
     ok = check_refresh(refresh_metadata)
-    assert ok.ok and len(ok.lines) == 4, str(ok)
+    assert ok.ok and len(ok.lines) == 5, str(ok)
     rebound = check_refresh(refresh_by_rebinding)
     assert not rebound.ok and "You rebound static.pos, static.req" in str(rebound) and rebound.figure is not None
     stale = check_refresh(refresh_live_rows_only)
@@ -123,7 +123,8 @@ def zero_padding_from_python_int(rows):
 
 def test_padding_check():
     ok = check_padding_zeroed(zero_padding)
-    assert ok.ok and len(ok.lines) == 2 and "rows 12 to 15 zeroed" in str(ok), str(ok)
+    assert ok.ok and len(ok.lines) == 3 and "rows 12 to 15 zeroed" in ok.lines[1], str(ok)
+    assert "replayed after batch 3" in ok.lines[2] and "no padding row, the live rows untouched" in ok.lines[2]
     frozen = check_padding_zeroed(zero_padding_from_python_int)
     assert not frozen.ok and "`start` = 8 at capture 1, 12 at capture 2" in frozen.lines[0], str(frozen)
     assert "in zero_padding_from_python_int" in frozen.lines[0] and "rows [8, 9, 10, 11] wrong" in frozen.lines[1]
