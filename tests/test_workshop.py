@@ -461,7 +461,42 @@ def test_notebook_03_falls_back_for_an_exercise_whose_check_fails(tmp_path):
     path = notebook_01_with(tmp_path, {"torch.arange(T, device=batch.pos.device) + ring_size":
                                        "torch.arange(T, device=batch.pos.device) + ring_size + 1"})
     found = load_yours(path)
-    assert found.fallbacks == {"my_park_mask": "its check (check_park_mask) does not pass yet"}, str(found)
+    assert list(found.fallbacks) == ["my_park_mask"], str(found)
+    assert found.fallbacks["my_park_mask"].startswith("its check (check_park_mask) does not pass yet: FAIL: "), str(found)
+    assert "rows differ" in found.fallbacks["my_park_mask"], str(found)
+
+
+HELPER = """SHIFT = 1
+
+
+def same_request_as_previous(batch, live):
+    \"\"\"[T - SHIFT] bool: row i and row i - 1 are both live, of one request, at consecutive positions.\"\"\"
+    return (live[SHIFT:] & live[:-SHIFT] & (batch.req[SHIFT:] == batch.req[:-SHIFT])
+            & (batch.pos[SHIFT:] == batch.pos[:-SHIFT] + SHIFT))
+
+
+def my_previous_is_partner(batch):"""
+
+
+def test_notebook_03_brings_the_readers_helper_functions_and_constants_along(tmp_path):
+    path = notebook_01_with(tmp_path, {
+        "def my_previous_is_partner(batch):": HELPER,
+        "    partner[1:] = (live[1:] & live[:-1] & (batch.req[1:] == batch.req[:-1])\n"
+        "                   & (batch.pos[1:] == batch.pos[:-1] + 1))": "    partner[1:] = same_request_as_previous(batch, live)"})
+    assert "same_request_as_previous(batch, live)" in path.read_text()
+    found = load_yours(path)
+    assert not found.fallbacks, str(found)
+    assert found.functions["my_previous_is_partner"].__module__ != wc.__name__
+
+
+def test_notebook_03_names_exactly_the_name_a_function_uses_and_notebook_01_does_not_define(tmp_path):
+    path = notebook_01_with(tmp_path, {
+        "ahead = torch.arange(T, device=batch.pos.device) + ring_size": "ahead = torch.arange(T, device=batch.pos.device) + RING",
+        "def my_park_mask(batch, ring_size):": "RING = cfg.ring_size\n\n\ndef my_park_mask(batch, ring_size):"})
+    found = load_yours(path)
+    assert list(found.fallbacks) == ["my_park_mask"], str(found)
+    assert found.fallbacks["my_park_mask"].startswith(
+        "it uses `RING`, which notebook 01 does not define at the top level of a code cell"), str(found)
 
 
 def test_notebook_03_falls_back_everywhere_when_the_readers_compressor_differs(tmp_path):
