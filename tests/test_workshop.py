@@ -513,3 +513,40 @@ def test_notebook_03_falls_back_when_the_readers_cells_cannot_be_defined(tmp_pat
                                        "def my_gate(kv_prev, score_prev, kv, score=undefined_name):"})
     found = load_yours(path)
     assert set(found.fallbacks) == set(NAMES) and "defining your functions raised NameError" in str(found), str(found)
+
+
+def test_the_hand_made_cases_hold_every_edge_the_checks_promise():
+    from c2graph.workshop.compressor import HAND_MADE, practice_batches
+    from c2graph.workshop.compressor import check_rng
+
+    cfg = c2.Config.tiny()
+    eager = [b for _, b in practice_batches(cfg, check_rng(), 0)]
+    padded = [b for _, b in practice_batches(cfg, check_rng(), 0, bucket=16, request_slots=4)]
+    assert len(eager) == len(padded) == len(HAND_MADE)
+    assert any(b.num_rows < cfg.ring_size and b.live_rows for b in eager), "fewer rows than the ring"
+    assert any(b.requests and b.requests[0].pool_index == 0 and b.requests[0].prefix_len % 2
+               and b.num_rows > b.live_rows for b in eager), "row 0 at an odd pos of req 0, padding (req 0) last"
+    assert any(r.extend_len == 0 for b in eager for r in b.requests[:-1]), "a request of 0 rows"
+    assert any(not b.requests for b in eager), "an idle rank"
+    assert any(len(b.requests) == 4 for b in padded), "every one of the graph's 4 request slots full"
+    assert any(b.live_rows == b.num_rows == 16 for b in padded), "the last request ending at the bucket's end"
+
+
+def test_a_check_draws_the_same_batches_in_every_run():
+    from c2graph.workshop.compressor import check_rng, practice_batches
+
+    cfg = c2.Config.tiny()
+    runs = [[(what, b.requests) for what, b in practice_batches(cfg, check_rng())] for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_a_compiled_triton_error_says_its_message_and_the_kernels_line():
+    from c2graph.workshop.check import raised_words
+
+    CompilationError = type("CompilationError", (Exception,), {})  # compiled Triton's, as a GPU raises it
+    error = CompilationError("at 4:11:\n    offs = first_row + tl.arange(0, BLOCK)\n           ^\n"
+                             "IncompatibleTypeErrorImpl('invalid operands of type pointer<fp32> and pointer<int64>')")
+    text = raised_words(error)
+    assert "CompilationError: IncompatibleTypeErrorImpl('invalid operands of type pointer<fp32> and pointer<int64>') " \
+           "(line 4 of the kernel, its `def` line counted as 1)" in text, text
+    assert "Pass tensors only to `*_ptr` arguments" in text, text

@@ -66,8 +66,10 @@ def raised_words(error: BaseException) -> str:
     (never Triton's, torch's or this package's), the error's first line, and, for the errors a reader
     meets most (:data:`HINTS`), what to change at that line."""
     lines = [line for line in str(error).strip().splitlines() if line.strip()] or [""]
-    # compiled Triton's CompilationError opens with the kernel's source; its last line is the message
-    said = lines[-1] if type(error).__name__ == "CompilationError" else lines[0]
+    said = lines[0]
+    if type(error).__name__ == "CompilationError":  # compiled Triton: "at 4:11:", the kernel's source, the message
+        at = re.match(r"at (\d+):(\d+):", lines[0])
+        said = lines[-1] + (f" (line {at.group(1)} of the kernel, its `def` line counted as 1)" if at else "")
     text = f"{type(error).__name__}: {said.strip()}" if said else type(error).__name__
     hint = next((says for pattern, says in HINTS if re.search(pattern, f"{type(error).__name__}: {error}")), None)
     return f"your {_raised_in(error)} raised {text}" + (f": {hint}" if hint else "")
