@@ -287,7 +287,7 @@ def test_check_reports_a_wrong_solution_the_same_way_in_every_run(check, wrong, 
 
 def test_an_error_inside_torch_is_reported_at_the_readers_line_with_what_to_change():
     text = str(wc.check_previous_is_partner(partner_misaligned))
-    assert "your function `partner_misaligned`" in text and "every per-row tensor must have one value per row" in text
+    assert "your function `partner_misaligned`" in text and "slices on both sides must cover the same rows" in text, text
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a result on another device needs a second device: CUDA")
