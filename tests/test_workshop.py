@@ -550,3 +550,12 @@ def test_a_compiled_triton_error_says_its_message_and_the_kernels_line():
     assert "CompilationError: IncompatibleTypeErrorImpl('invalid operands of type pointer<fp32> and pointer<int64>') " \
            "(line 4 of the kernel, its `def` line counted as 1)" in text, text
     assert "Pass tensors only to `*_ptr` arguments" in text, text
+
+
+def test_a_name_from_a_star_import_is_not_called_missing(tmp_path):
+    path = notebook_01_with(tmp_path, {
+        "ahead = torch.arange(T, device=batch.pos.device) + ring_size":
+            "ahead = torch.arange(T, device=batch.pos.device) + floor(ring_size)",
+        "def my_park_mask(batch, ring_size):": "from math import *\n\n\ndef my_park_mask(batch, ring_size):"})
+    found = load_yours(path)
+    assert not found.fallbacks, str(found)

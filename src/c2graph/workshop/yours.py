@@ -75,17 +75,19 @@ def load_yours(notebook: str | Path) -> Yours:
         return result
     imports, found, helpers = _definitions(nbformat.read(path, as_version=4))
     try:
-        needed, missing = _helpers_of(found, helpers, imports)
+        needed, reached = _helpers_of(found, helpers)
         namespace = _run(imports, {**needed, **found}, f"<{path.name}: your functions>")
     except Exception as e:  # the reader's cells fail as they are defined: say so, never raise
         result.functions = reference
         why = f"defining your functions raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         result.fallbacks = {name: why for name in NAMES}
         return result
-    for name, names in missing.items():
-        result.fallbacks[name] = (f"it uses {', '.join(f'`{n}`' for n in names)}, which notebook 01 does not define "
-                                  "at the top level of a code cell (a `def`, a `class`, an import or a constant); "
-                                  "define it there, then save notebook 01")
+    for name, used in reached.items():
+        missing = sorted(n for n in used if n not in namespace and not hasattr(builtins, n))
+        if missing:
+            result.fallbacks[name] = (f"it uses {', '.join(f'`{n}`' for n in missing)}, which notebook 01 does not "
+                                      "define at the top level of a code cell (a `def`, a `class`, an import or a "
+                                      "constant); define it there, then save notebook 01")
     for name in NAMES:
         if name not in found:
             result.fallbacks[name] = "not defined in notebook 01"
@@ -155,27 +157,23 @@ def _globals_used(node: ast.stmt) -> set[str]:
     return names - {node.name} if isinstance(node, (ast.FunctionDef, ast.ClassDef)) else names
 
 
-def _helpers_of(found: dict[str, ast.FunctionDef], helpers: dict[str, ast.stmt],
-                imports: list[ast.stmt]) -> tuple[dict[str, ast.stmt], dict[str, list[str]]]:
+def _helpers_of(found: dict[str, ast.FunctionDef],
+                helpers: dict[str, ast.stmt]) -> tuple[dict[str, ast.stmt], dict[str, set[str]]]:
     """The helpers the reader's functions reach (calls of calls included), and, for each function of
-    :data:`NAMES` that reaches a name defined nowhere, those names: what it would raise ``NameError`` on."""
-    imported = {(a.asname or a.name).split(".")[0] for node in imports for a in node.names}
-    known = imported | set(vars(builtins)) | set(found) | {"torch"}
+    :data:`NAMES`, every global name it reaches that no helper defines (an import, a builtin, another
+    ``my_*`` function, or a name defined nowhere: what it would raise ``NameError`` on)."""
     needed: dict[str, ast.stmt] = {}
-    missing: dict[str, list[str]] = {}
+    reached: dict[str, set[str]] = {}
     for name, node in found.items():
-        todo, seen, absent = [node], set(), set()
+        todo, seen = [node], set()
         while todo:
             for used in _globals_used(todo.pop()) - seen:
                 seen.add(used)
                 if used in helpers:
                     needed[used] = helpers[used]
                     todo.append(helpers[used])
-                elif used not in known:
-                    absent.add(used)
-        if absent:
-            missing[name] = sorted(absent)
-    return needed, missing
+        reached[name] = seen - set(helpers)
+    return needed, reached
 
 
 def _run(imports: list[ast.stmt], found: dict[str, ast.stmt], filename: str) -> dict:
