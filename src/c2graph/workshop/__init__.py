@@ -17,13 +17,8 @@ Modules: :mod:`.setup_check` (notebook 00's one-line set-up check), :mod:`.my_co
 (notebook 01's functions and the checks of its exercises), :mod:`.kernel` (notebook 02's),
 :mod:`.compressor` (the static batch, the capture and the practice batches every check runs on),
 :mod:`.yours` (notebook 03 loads the reader's own functions from their notebook 01),
-:mod:`.graphs` (notebook 03's checks), :mod:`.offsets` (notebook 04's), :mod:`.floors` (notebook
-05's), :mod:`.student` (the student copies).
-
-Every check runs fixed cases first (the edge cases of :data:`.compressor.HAND_MADE`, or each
-notebook's own fixed batches), then seeded random ones: the same answer gets the same verdict, in
-the same words, in every run. An error raised inside Triton or torch is reported at the reader's
-own line, with what to change there (:func:`.check.raised_words`).
+:mod:`.graphs` (notebook 03's checks), :mod:`.offsets` (notebook 04's), :mod:`.student` (the
+student copies).
 """
 
 from .check import CheckResult, run_check
