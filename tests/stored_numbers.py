@@ -4,7 +4,8 @@
 A *statement* is a number with a unit of a GPU measurement (µs, us, ms, GB/s, TB/s) anywhere, and,
 on a line that holds one (or in the output of a cell that reads stored results), every ratio
 (``4.4x``), percentage, compile time (``11.3 s``), byte count (MB, MiB) and count of launches or
-nodes. A list shares its unit: ``405 and 1564 µs``, ``18.2 / 19.4 µs``. Each statement is matched
+nodes; and, wherever it stands, a ratio in words (``2.2 to 4.1 times faster``). A list shares its
+unit: ``405 and 1564 µs``, ``18.2 / 19.4 µs``. Each statement is matched
 against every quantity a results file holds or directly implies (:func:`quantities`) at the
 printed precision; in an output line, at the row count the line names before the number.
 """
@@ -23,6 +24,8 @@ NUM = r"\d+(?:\.\d+)?"
 _LIST = rf"(?<![\w.*/-])(?P<nums>{NUM}(?:\s*(?:/|,|and|or|to)\s*{NUM})*)"
 TIMES = re.compile(_LIST + r"\s?(?P<unit>µs|us|ms|GB/s|TB/s)(?![\w/])")
 OTHERS = re.compile(_LIST + r"(?:(?P<tight>%|x\b)|\s(?P<unit>s|MB|MiB|launches|nodes|kernels)\b)")
+FASTER = re.compile(_LIST + r"\s(?P<unit>times)\s(?:faster|slower)\b")
+"""``2.2 to 4.1 times faster``: a ratio of two measured times in words, checked wherever it stands."""
 ROW_ANCHORS = re.compile(r"(?<![\w.])(\d+)(?: rows\b|:)|^\s*\|?\s*(\d+)\b")
 FILE_NAME = re.compile(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.json")
 ABOUT = re.compile(r"(?:about|some|nearly|almost|~)\s*$")
@@ -61,7 +64,7 @@ def statements(doc: str, cell, kind: str, text: str, row_counts: set[int], every
     found = []
     for line in pieces:
         times = list(TIMES.finditer(line))
-        matches = times + (list(OTHERS.finditer(line)) if times or every_ratio else [])
+        matches = times + (list(OTHERS.finditer(line)) if times or every_ratio else []) + list(FASTER.finditer(line))
         anchors = [(m.start(), int(m.group(1) or m.group(2))) for m in ROW_ANCHORS.finditer(line)
                    if int(m.group(1) or m.group(2)) in row_counts]
         for m in matches:
@@ -101,8 +104,10 @@ def quantities(data: dict, rows: int | None, torch_bytes_2048: int | None = None
             at += [("torch path's own bytes / copy bw at 2048 rows", own),
                    ("torch graph's time beyond its bytes, per node, at 2048 rows", (by[("torch", "graph")] - own) / node)]
         time += at
+        fastest = results.fastest_compiled(data).get(n)
         base = [(f"fused graph at {n} rows", by.get(("fused", "graph"))), (f"memory floor at {n} rows", memory),
-                (f"the higher floor at {n} rows", max(memory, data["launch_us"]["graph"]))]
+                (f"the higher floor at {n} rows", max(memory, data["launch_us"]["graph"])),
+                (f"the faster compiled graph at {n} rows", fastest["median_us"] if fastest else None)]
         ratio += [(f"{a} / {b}", v / d) for a, v in at for b, d in base if d]
         percent += [(f"{f} of the fused {r['mode']} at {n} rows", r[f] * 100) for r in recs for f in results.FRACTIONS
                     if r.get(f)]
@@ -111,7 +116,7 @@ def quantities(data: dict, rows: int | None, torch_bytes_2048: int | None = None
                   if r.get(k)]
         nbytes += [(f"{k} at {n} rows", c[k]) for k in ("floor_bytes", "bytes_weights_per_program")]
     return {
-        "µs": time, "us": time, "ms": [(name, v / 1e3) for name, v in time], "x": ratio, "%": percent,
+        "µs": time, "us": time, "ms": [(name, v / 1e3) for name, v in time], "x": ratio, "times": ratio, "%": percent,
         "s": seconds, "launches": count, "nodes": count, "kernels": count,
         "GB/s": [("copy bandwidth", data["copy_GBps"])], "TB/s": [("copy bandwidth", data["copy_GBps"] / 1e3)],
         "MB": [(name, v / 1e6) for name, v in nbytes], "MiB": [(name, v / 2**20) for name, v in nbytes],

@@ -4,9 +4,12 @@ without a browser."""
 from __future__ import annotations
 
 import pytest
+import torch
+from matplotlib.figure import Figure
 
 import c2graph as c2
 from c2graph.compressor.rows import BatchPlan, Partner
+from c2graph.pictures import explorer
 from c2graph.pictures.explorer import explain_batch, explorer_widget
 
 CFG = c2.Config.tiny()
@@ -62,4 +65,25 @@ def test_widget_builds_without_a_browser(capsys):
     assert [s.description for s in sliders][:2] == ["req 0 prefix", "req 0 extend"]
     shown = capsys.readouterr().out
     assert shown.count("IPython.core.display.Image object") == 2
-    assert explain_batch([(0, 0, 7), (1, 5, 6), (2, 12, 3)], CFG, pad_to=24).table() in shown
+    assert explain_batch([(0, 0, 7), (1, 5, 6), (2, 12, 3)], CFG).table() in shown  # notebook 01's ragged batch, unpadded
+
+
+def test_the_widget_shows_the_notebooks_own_c2_slots_and_leaves_its_pool_alone(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    alloc = c2.ReqToTokenPool(CFG, pool_requests=4, max_seq_len=64, seed=0)
+    c2.ExtendBatch.build([(1, 0, 5), (2, 0, 12)], alloc)  # notebook 01's earlier batch, then its ragged one
+    ragged = c2.ExtendBatch.build([(0, 0, 7), (1, 5, 6), (2, 12, 3)], alloc)
+    table, free = alloc.page_table.clone(), alloc.free_pages
+    plans = []
+
+    def recorded(*args, **kwargs):
+        plans.append(explain_batch(*args, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(explorer, "explain_batch", recorded)
+    monkeypatch.setattr(explorer, "draw_ring", lambda *a: Figure())
+    monkeypatch.setattr(explorer, "draw_batch", lambda *a: Figure())
+    explorer_widget(CFG, allocator=alloc)
+    assert plans, "the widget draws its first batch when it is made"
+    assert torch.equal(plans[0].batch.raw_out_loc, ragged.raw_out_loc), "the same c2 slots as the notebook's batch"
+    assert torch.equal(alloc.page_table, table) and alloc.free_pages == free, "the notebook's pool gave no page"

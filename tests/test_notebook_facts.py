@@ -1,6 +1,7 @@
 """Facts that notebooks 00, 01 and 03 state in prose, checked here rather than by asserts in cells,
-the shape every one of those notebooks keeps (length, cells, tags, pointers), and every number
-from a GPU run that notebooks 00-05 and the README state: the stored one."""
+the shape every one of those notebooks keeps (length, cells, tags, pointers), every number from a
+GPU run that notebooks 00-05 and the README state (the stored one, ratios in words included), the
+claims they make about every bucket, and the counts they state in words (exercises, programs)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from c2graph.workshop.graphs import replay_against_eager
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("00_tour.ipynb", "01_the_ratio2_compressor.ipynb", "03_cuda_graphs_and_broken_offsets.ipynb")
+EXECUTED = OURS + ("04_static_offsets.ipynb", "05_performance.ipynb")
 
 
 # --- float64 sums (notebook 01, step 1; torch_path's docstring) ----------------------------------
@@ -168,7 +170,7 @@ def test_notebook_shape(name):
     assert any("predict" in c.get("metadata", {}).get("tags", []) for c in nb)
 
 
-@pytest.mark.parametrize("name", OURS)
+@pytest.mark.parametrize("name", EXECUTED)
 def test_every_code_cell_is_executed(name):
     assert all(c["execution_count"] for c in notebook(name) if c["cell_type"] == "code")
 
@@ -278,6 +280,88 @@ def test_the_check_of_stated_numbers_names_a_stale_one():
     assert f"{fused + 1:.0f} µs at 2048 rows" in wrong[0] and "the closest stored value is fused" in wrong[0]
     prose = f"The fused kernel replays in {fused + 3:.1f} µs at 2048 rows; the torch path in about 9 µs."
     assert len(disagreements("05_performance.ipynb", [(3, "markdown", prose, False)])) == 2
+
+
+# --- claims about every bucket, and counts in words ------------------------------------------------
+
+
+def _fastest_variants(data: dict) -> list[str]:
+    return [r["variant"] for r in results.fastest_compiled(data).values()]
+
+
+BUCKET_CLAIMS = {
+    "the fp32 port is the faster variant at every bucket but the smallest":
+        lambda d: _fastest_variants(d)[0] != "fp32 reductions" and set(_fastest_variants(d)[1:]) == {"fp32 reductions"},
+    "the fp32 port is the faster variant at every bucket":
+        lambda d: set(_fastest_variants(d)) == {"fp32 reductions"},
+}
+"""The claims about every bucket that a text may make, and what makes each true of a results file."""
+EVERY_BUCKET = re.compile(r"\b(faster|slower|ahead|behind)\b[^.]*\bevery bucket\b|\bevery bucket\b[^.]*\b(faster|slower|ahead|behind)\b")
+
+
+def sentences(body: str) -> list[str]:
+    return [" ".join(p.split()) for p in re.split(r"(?<=[.;:])\s+", " ".join(body.split()))]
+
+
+@pytest.mark.skipif(NEWEST is None, reason="no stored GPU results: no claim about the buckets to check")
+def test_every_claim_about_every_bucket_is_a_known_one_and_holds():
+    data = stored_numbers.load(NEWEST)
+    said = [(name, cell, line) for name, parts in DOCS for cell, kind, body, _ in parts if kind == "markdown"
+            for line in sentences(body) if EVERY_BUCKET.search(line)]
+    assert said, "05 compares the compiled variants bucket by bucket"
+    for name, cell, line in said:
+        claim = next((c for c in BUCKET_CLAIMS if c in line.lower()), None)  # the longest claims come first
+        assert claim, f"{name}, cell {cell}: {line!r} claims something of every bucket that no test checks"
+        assert BUCKET_CLAIMS[claim](data), f"{name}, cell {cell}: {line!r} is not what {NEWEST.name} says"
+
+
+def test_a_false_claim_about_every_bucket_is_caught():
+    data = stored_numbers.load(NEWEST) if NEWEST else None
+    if data is None:
+        pytest.skip("no stored GPU results")
+    assert not BUCKET_CLAIMS["the fp32 port is the faster variant at every bucket"](data)  # 05 once said so
+
+
+def test_a_ratio_in_words_is_checked_against_the_stored_run():
+    if NEWEST is None:
+        pytest.skip("no stored GPU results")
+    # 05's words before the stored run was read again: 4.4 is no ratio of it (1.5 happens to be one: a
+    # ratio is matched against every pair of times at the bucket, so only a number none of them gives fails)
+    wrong = disagreements("05_performance.ipynb", [(37, "markdown", "The fused kernel is 1.5 to 4.4 times faster still.", False)])
+    assert len(wrong) == 1 and "states 4.4 times" in wrong[0], wrong
+
+
+WORDS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def exercises_in(name: str) -> int:
+    return sum("exercise" in c.get("metadata", {}).get("tags", []) for c in notebook(name))
+
+
+def test_the_tour_counts_each_notebooks_exercises_as_they_are():
+    tour = " ".join(" ".join(text(c).split()) for c in notebook("00_tour.ipynb") if c["cell_type"] == "markdown")
+    names = {p.name[:2]: p.name for p in (ROOT / "notebooks").glob("0*.ipynb")}
+    stated = [(m.group(2), WORDS[m.group(1)]) for m in re.finditer(r"\b(one|two|three|four|five|six) in (0\d)\b", tour)]
+    stated += [(m.group(1), WORDS[m.group(2)]) for m in
+               re.finditer(r"\| `(0\d)_\w+` \|[^|]*\((one|two|three|four|five|six) exercises?\b", tour)]
+    assert {n for n, _ in stated} >= {"01", "03", "04", "05"}, stated
+    for number, count in stated:
+        assert exercises_in(names[number]) == count, f"00 says {names[number]} has {count} exercises"
+
+
+@pytest.mark.skipif(NEWEST is None, reason="no stored GPU results")
+def test_the_program_counts_05_states_are_the_timelines_and_the_cases():
+    from c2graph.pictures.timeline import newest_timeline
+
+    timeline = json.loads(newest_timeline().read_text())["timelines"]
+    blocks = {c["rows"]: c["programs"] for c in stored_numbers.load(NEWEST)["cases"]}
+    said = [m for cell in notebook("05_performance.ipynb") if cell["cell_type"] == "markdown"
+            for line in sentences(text(cell)) if "programs" in line
+            for m in re.finditer(r"(\d+) against (\d+) at (\d+)(?: rows)?", line)]
+    assert len(said) >= 2, "05 says how many programs the timeline's launches start, against the blocks"
+    for m in said:
+        launched, with_group, rows = map(int, m.groups())
+        assert (launched, with_group) == (len(timeline[str(rows)]["stamps_us"]), blocks[rows]), m.group(0)
 
 
 def pictured(name: str) -> list[int]:

@@ -114,6 +114,21 @@ def partner_ignoring_req(batch):
     return partner
 
 
+def partner_by_roll(batch):
+    """Compares each row with ``roll(1)`` of the tensors, without the previous row's liveness: row 0
+    wraps round onto the last row, and a padding row there (req 0, pos 0) looks like a partner."""
+    live = batch.raw_out_loc != 0
+    return live & (batch.req == batch.req.roll(1)) & (batch.pos == batch.pos.roll(1) + 1)
+
+
+def partner_misaligned(batch):
+    """Writes rows 1.. with a rule one row short: the two sides have different lengths, and torch raises."""
+    live = batch.raw_out_loc != 0
+    partner = torch.zeros_like(live)
+    partner[1:] = live[2:] & live[1:-1] & (batch.req[2:] == batch.req[1:-1])
+    return partner
+
+
 def partner_as_int64(batch):
     """The right rule in a tensor of ints: `~` of it gives -1 and -2, and my_pair would crash on it."""
     return wc.my_previous_is_partner(batch).long()
@@ -166,6 +181,16 @@ def park_mask_by_boolean_indexing(batch, ring_size):
     return mask & wc.my_park_mask(batch, ring_size)
 
 
+def park_mask_by_shifted_copies(batch, ring_size):
+    """The row ring_size further on, by shifted copies padded with ring_size fill values: right for
+    every batch of at least ring_size rows, and ring_size values long for a batch of fewer."""
+    live = batch.raw_out_loc != 0
+    fill = torch.full((ring_size,), -1, device=batch.pos.device)
+    later_req, later_pos = torch.cat([batch.req[ring_size:], fill]), torch.cat([batch.pos[ring_size:], fill])
+    later_live = torch.cat([live[ring_size:], fill == 0])
+    return live & ~(later_live & (later_req == batch.req) & (later_pos == batch.pos + ring_size))
+
+
 def park_mask_one_too_many(batch, ring_size):
     """Parks each request's last ring_size + 1 rows."""
     return wc.my_park_mask(batch, ring_size + 1)
@@ -208,10 +233,21 @@ def park_at_the_partners_ring_row(ring, kv, score, batch, ring_size):
     ring[sentinel, :D], ring[sentinel, D:] = 0.0, float("-inf")
 
 
+def park_the_previous_rows_values(ring, kv, score, batch, ring_size):
+    """The right ring rows, each given the previous batch row's | kv | score |."""
+    sentinel = ring.shape[0] - 1
+    rows = torch.where(wc.my_park_mask(batch, ring_size), batch.req * ring_size + batch.pos % ring_size, sentinel)
+    ring[rows] = torch.cat([kv, score], 1).roll(1, 0)
+    ring[sentinel] = torch.cat([torch.zeros_like(kv[0]), torch.full_like(score[0], float("-inf"))])
+
+
 HOST_DECISION = "decided on the host"
 WRONG = [
     (wc.check_previous_is_partner, partner_ignoring_req, "belongs to request slot"),
     (wc.check_previous_is_partner, partner_as_int64, "dtype torch.int64; expected torch.bool"),
+    (wc.check_previous_is_partner, partner_by_roll, "`roll(1)` brings the last row, row 7, padding, round to row 0"),
+    (wc.check_previous_is_partner, partner_misaligned,
+     "(at `partner[1:] = live[2:] & live[1:-1] & (batch.req[2:] == batch.req[1:-1])`) raised RuntimeError: "),
     (wc.check_ring_read_rows, ring_rows_of_own_pos, "the ring row of the row's own pos"),
     (wc.check_ring_read_rows, ring_rows_for_even_rows_too, "the sentinel"),
     (wc.check_ring_read_rows, ring_rows_as_int32, "dtype torch.int32; expected torch.int64"),
@@ -219,6 +255,8 @@ WRONG = [
     (wc.check_park_mask, park_mask_from_host_slices, HOST_DECISION),
     (wc.check_park_mask, park_mask_by_boolean_indexing, "boolean-mask indexing"),
     (wc.check_park_mask, park_mask_one_too_many, "rows differ"),
+    (wc.check_park_mask, park_mask_by_shifted_copies, "has shape (2,); expected (1,): one value per row of the batch, "
+     "padding rows included (this batch has 1 row, fewer than the ring's 2"),
     # on a GPU the even and the odd row's writes to one c2 slot land in either order: the eager run
     # may already hold the even row's values
     (wg.check_store_graph_safe, store_every_slot, ("nothing should be stored there", "written wrong")),
@@ -232,12 +270,24 @@ WRONG = [
 ]
 
 
+RUNS = 3
+"""Each check runs this many times on the same answer: the verdict and its words must not change."""
+
+
 @pytest.mark.parametrize("check, wrong, says", WRONG, ids=[w.__name__ for _, w, _ in WRONG])
-def test_check_reports_a_wrong_solution_and_says_where(check, wrong, says):
-    result = check(wrong)
-    assert isinstance(result, CheckResult) and not result.ok
-    assert any(s in str(result) for s in ((says,) if isinstance(says, str) else says)), str(result)
-    assert "Cannot copy between CPU and CUDA" not in str(result), str(result)
+def test_check_reports_a_wrong_solution_the_same_way_in_every_run(check, wrong, says):
+    texts = [str(check(wrong)) for _ in range(RUNS)]
+    for text in texts:
+        assert text.split("\n")[0].endswith(": not yet"), text
+        assert any(s in text for s in ((says,) if isinstance(says, str) else says)), text
+        assert "Cannot copy between CPU and CUDA" not in text and "InterpreterError" not in text, text
+    if isinstance(says, str):  # a tuple: on a GPU two writes to one slot land in either order
+        assert texts == [texts[0]] * RUNS, texts
+
+
+def test_an_error_inside_torch_is_reported_at_the_readers_line_with_what_to_change():
+    text = str(wc.check_previous_is_partner(partner_misaligned))
+    assert "your function `partner_misaligned`" in text and "slices on both sides must cover the same rows" in text, text
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a result on another device needs a second device: CUDA")
@@ -255,7 +305,9 @@ def test_the_store_check_names_the_cache_the_slot_and_the_kind_of_mistake():
 
 def test_the_park_check_tells_never_written_from_written_wrong():
     text = str(wg.check_park_graph_safe(wc.my_park))  # replays the dummy's rows, never the batch's
-    assert "never written" in text and "written wrong: it holds row" in text, text
+    assert "never written" in text and "written, but this batch parks nothing there" in text, text
+    text = str(wg.check_park_graph_safe(park_the_previous_rows_values))
+    assert "written wrong: it holds row" in text, text
 
 
 @pytest.mark.parametrize("check", [wc.check_previous_is_partner, wc.check_ring_read_rows, wc.check_park_mask,
@@ -409,7 +461,42 @@ def test_notebook_03_falls_back_for_an_exercise_whose_check_fails(tmp_path):
     path = notebook_01_with(tmp_path, {"torch.arange(T, device=batch.pos.device) + ring_size":
                                        "torch.arange(T, device=batch.pos.device) + ring_size + 1"})
     found = load_yours(path)
-    assert found.fallbacks == {"my_park_mask": "its check (check_park_mask) does not pass yet"}, str(found)
+    assert list(found.fallbacks) == ["my_park_mask"], str(found)
+    assert found.fallbacks["my_park_mask"].startswith("its check (check_park_mask) does not pass yet: FAIL: "), str(found)
+    assert "rows differ" in found.fallbacks["my_park_mask"], str(found)
+
+
+HELPER = """SHIFT = 1
+
+
+def same_request_as_previous(batch, live):
+    \"\"\"[T - SHIFT] bool: row i and row i - 1 are both live, of one request, at consecutive positions.\"\"\"
+    return (live[SHIFT:] & live[:-SHIFT] & (batch.req[SHIFT:] == batch.req[:-SHIFT])
+            & (batch.pos[SHIFT:] == batch.pos[:-SHIFT] + SHIFT))
+
+
+def my_previous_is_partner(batch):"""
+
+
+def test_notebook_03_brings_the_readers_helper_functions_and_constants_along(tmp_path):
+    path = notebook_01_with(tmp_path, {
+        "def my_previous_is_partner(batch):": HELPER,
+        "    partner[1:] = (live[1:] & live[:-1] & (batch.req[1:] == batch.req[:-1])\n"
+        "                   & (batch.pos[1:] == batch.pos[:-1] + 1))": "    partner[1:] = same_request_as_previous(batch, live)"})
+    assert "same_request_as_previous(batch, live)" in path.read_text()
+    found = load_yours(path)
+    assert not found.fallbacks, str(found)
+    assert found.functions["my_previous_is_partner"].__module__ != wc.__name__
+
+
+def test_notebook_03_names_exactly_the_name_a_function_uses_and_notebook_01_does_not_define(tmp_path):
+    path = notebook_01_with(tmp_path, {
+        "ahead = torch.arange(T, device=batch.pos.device) + ring_size": "ahead = torch.arange(T, device=batch.pos.device) + RING",
+        "def my_park_mask(batch, ring_size):": "RING = cfg.ring_size\n\n\ndef my_park_mask(batch, ring_size):"})
+    found = load_yours(path)
+    assert list(found.fallbacks) == ["my_park_mask"], str(found)
+    assert found.fallbacks["my_park_mask"].startswith(
+        "it uses `RING`, which notebook 01 does not define at the top level of a code cell"), str(found)
 
 
 def test_notebook_03_falls_back_everywhere_when_the_readers_compressor_differs(tmp_path):
@@ -426,3 +513,49 @@ def test_notebook_03_falls_back_when_the_readers_cells_cannot_be_defined(tmp_pat
                                        "def my_gate(kv_prev, score_prev, kv, score=undefined_name):"})
     found = load_yours(path)
     assert set(found.fallbacks) == set(NAMES) and "defining your functions raised NameError" in str(found), str(found)
+
+
+def test_the_hand_made_cases_hold_every_edge_the_checks_promise():
+    from c2graph.workshop.compressor import HAND_MADE, practice_batches
+    from c2graph.workshop.compressor import check_rng
+
+    cfg = c2.Config.tiny()
+    eager = [b for _, b in practice_batches(cfg, check_rng(), 0)]
+    padded = [b for _, b in practice_batches(cfg, check_rng(), 0, bucket=16, request_slots=4)]
+    assert len(eager) == len(padded) == len(HAND_MADE)
+    assert any(b.num_rows < cfg.ring_size and b.live_rows for b in eager), "fewer rows than the ring"
+    assert any(b.requests and b.requests[0].pool_index == 0 and b.requests[0].prefix_len % 2
+               and b.num_rows > b.live_rows for b in eager), "row 0 at an odd pos of req 0, padding (req 0) last"
+    assert any(r.extend_len == 0 for b in eager for r in b.requests[:-1]), "a request of 0 rows"
+    assert any(not b.requests for b in eager), "an idle rank"
+    assert any(len(b.requests) == 4 for b in padded), "every one of the graph's 4 request slots full"
+    assert any(b.live_rows == b.num_rows == 16 for b in padded), "the last request ending at the bucket's end"
+
+
+def test_a_check_draws_the_same_batches_in_every_run():
+    from c2graph.workshop.compressor import check_rng, practice_batches
+
+    cfg = c2.Config.tiny()
+    runs = [[(what, b.requests) for what, b in practice_batches(cfg, check_rng())] for _ in range(2)]
+    assert runs[0] == runs[1]
+
+
+def test_a_compiled_triton_error_says_its_message_and_the_kernels_line():
+    from c2graph.workshop.check import raised_words
+
+    CompilationError = type("CompilationError", (Exception,), {})  # compiled Triton's, as a GPU raises it
+    error = CompilationError("at 4:11:\n    offs = first_row + tl.arange(0, BLOCK)\n           ^\n"
+                             "IncompatibleTypeErrorImpl('invalid operands of type pointer<fp32> and pointer<int64>')")
+    text = raised_words(error)
+    assert "CompilationError: IncompatibleTypeErrorImpl('invalid operands of type pointer<fp32> and pointer<int64>') " \
+           "(line 4 of the kernel, its `def` line counted as 1)" in text, text
+    assert "Pass tensors only to `*_ptr` arguments" in text, text
+
+
+def test_a_name_from_a_star_import_is_not_called_missing(tmp_path):
+    path = notebook_01_with(tmp_path, {
+        "ahead = torch.arange(T, device=batch.pos.device) + ring_size":
+            "ahead = torch.arange(T, device=batch.pos.device) + floor(ring_size)",
+        "def my_park_mask(batch, ring_size):": "from math import *\n\n\ndef my_park_mask(batch, ring_size):"})
+    found = load_yours(path)
+    assert not found.fallbacks, str(found)

@@ -7,8 +7,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import c2graph  # noqa: E402, F401  (first: on a machine without CUDA it sets Triton's interpreter up)
+import pytest  # noqa: E402
 import torch  # noqa: E402
-
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from c2graph.workshop import CheckResult  # noqa: E402
 from c2graph.workshop.offsets import check_offsets_builder, check_padding_zeroed, check_refresh  # noqa: E402
 
@@ -92,7 +95,7 @@ def test_offsets_builder_check():
 
 def test_refresh_check():
     ok = check_refresh(refresh_metadata)
-    assert ok.ok and len(ok.lines) == 4, str(ok)
+    assert ok.ok and len(ok.lines) == 5, str(ok)
     rebound = check_refresh(refresh_by_rebinding)
     assert not rebound.ok and "You rebound static.pos, static.req" in str(rebound) and rebound.figure is not None
     stale = check_refresh(refresh_live_rows_only)
@@ -123,8 +126,69 @@ def zero_padding_from_python_int(rows):
 
 def test_padding_check():
     ok = check_padding_zeroed(zero_padding)
-    assert ok.ok and len(ok.lines) == 2 and "rows 12 to 15 zeroed" in str(ok), str(ok)
+    assert ok.ok and len(ok.lines) == 3 and "rows 12 to 15 zeroed" in ok.lines[1], str(ok)
+    assert "replayed after batch 3" in ok.lines[2] and "no padding row, the live rows untouched" in ok.lines[2]
     frozen = check_padding_zeroed(zero_padding_from_python_int)
     assert not frozen.ok and "`start` = 8 at capture 1, 12 at capture 2" in frozen.lines[0], str(frozen)
     assert "in zero_padding_from_python_int" in frozen.lines[0] and "rows [8, 9, 10, 11] wrong" in frozen.lines[1]
     assert "not written yet" in str(check_padding_zeroed(stub))
+
+
+def zero_padding_from_the_last_start(rows):
+    """Wrong: the last request slot's first row taken as the live row count; right while that slot is
+    past the batch, wrong when every slot is full."""
+    rows.out.masked_fill_(torch.arange(rows.ROWS, device=rows.out.device) >= rows.offsets[0, -1], 0.0)
+
+
+def zero_padding_read_on_the_host(rows):
+    """Wrong: the live row count read back to the host (a host sync, refused in a capture)."""
+    rows.out[int(rows.offsets[1].sum()):].zero_()
+
+
+@triton.jit
+def zero_rows(out_ptr, first_row, n_rows, BLOCK: tl.constexpr):
+    offs = first_row + tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, 0.0, mask=offs < n_rows)
+
+
+def zero_padding_tensor_as_number(rows):
+    """Wrong: a tensor handed to the kernel's number argument `first_row` (Triton passes it as a pointer)."""
+    zero_rows[(rows.ROWS // 4,)](rows.out, rows.offsets[1].sum(), rows.ROWS, BLOCK=4)
+
+
+WRONG_PADDING = [
+    (zero_padding_from_python_int, "`start` = 8 at capture 1, 12 at capture 2"),
+    (zero_padding_from_the_last_start, "the last request slot's first row (`offsets[0, -1]`)"),
+    (zero_padding_read_on_the_host, "That is a host sync"),
+    (zero_padding_tensor_as_number, "your function `zero_padding_tensor_as_number` (at `zero_rows[(rows.ROWS // 4,)]"
+                                    "(rows.out, rows.offsets[1].sum(), rows.ROWS, BLOCK=4)`) raised"),
+]
+
+
+@pytest.mark.parametrize("wrong, says", WRONG_PADDING, ids=[w.__name__ for w, _ in WRONG_PADDING])
+def test_padding_check_names_each_mistake_the_same_way_in_every_run(wrong, says):
+    texts = [str(check_padding_zeroed(wrong)) for _ in range(3)]
+    assert texts == [texts[0]] * 3 and texts[0].startswith("zero the padding rows: not yet"), texts
+    assert says in texts[0], texts[0]
+
+
+def test_a_tensor_given_to_a_kernels_number_is_named_in_the_readers_terms():
+    text = str(check_padding_zeroed(zero_padding_tensor_as_number))
+    assert "Pass tensors only to `*_ptr` arguments and `tl.load` the number inside the kernel" in text, text
+    assert "__call__" not in text and "raise InterpreterError" not in text, text
+
+
+def test_the_last_start_passes_while_a_slot_is_free_and_fails_when_every_slot_is_full():
+    lines = check_padding_zeroed(zero_padding_from_the_last_start).lines
+    assert [line.split(":")[0] for line in lines] == ["pass", "pass", "FAIL"], lines
+    assert "replayed after batch 3" in lines[2] and "every slot is full" in lines[2], lines
+
+
+@pytest.mark.parametrize("check, right, wrong", [
+    (check_offsets_builder, build_offsets, build_offsets_zero_start),
+    (check_refresh, refresh_metadata, refresh_live_rows_only),
+])
+def test_the_other_checks_of_04_give_the_same_words_in_every_run(check, right, wrong):
+    for answer, ok in ((right, True), (wrong, False)):
+        results = [check(answer) for _ in range(3)]
+        assert [r.ok for r in results] == [ok] * 3 and [str(r) for r in results] == [str(results[0])] * 3

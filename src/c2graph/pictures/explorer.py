@@ -10,6 +10,7 @@ ipywidgets sliders to it and redraws the pictures of :mod:`c2graph.pictures.draw
 
 from __future__ import annotations
 
+import copy
 import io
 from collections.abc import Sequence
 
@@ -72,20 +73,28 @@ def _check_requests(requests) -> list[tuple[int, int, int]]:
     return out
 
 
-def explorer_widget(cfg: Config | None = None, *, max_prefix: int = 15, max_extend: int = 12):
+def explorer_widget(cfg: Config | None = None, *, allocator: ReqToTokenPool | None = None, max_prefix: int = 15,
+                    max_extend: int = 12):
     """Sliders for three requests' ``prefix_len`` and ``extend_len`` and a bucket to pad to, bound
-    to :func:`explain_batch`; shows the batch and ring pictures and the row table. Needs ipywidgets."""
+    to :func:`explain_batch`; shows the batch and ring pictures and the row table. Needs ipywidgets.
+
+    The sliders start on notebook 01's ragged batch, unpadded. With ``allocator`` (the pool that
+    batch was built from) every redraw takes its pages from a copy of it, so the explorer shows the
+    notebook's own c2 slots for the same requests and never gives the notebook's pool a page; without
+    it, the seeded pool of :func:`explain_batch`."""
     import ipywidgets as w
     from IPython.display import Image, display
 
     cfg = cfg or Config.tiny()
+    if allocator is not None and not isinstance(allocator, ReqToTokenPool):
+        raise ValueError(f"allocator is a {type(allocator).__name__}; expected a ReqToTokenPool")
     defaults = [(0, 7), (5, 6), (12, 3)]
     sliders = {}
     for p, (prefix, extend) in enumerate(defaults):
         sliders[f"prefix{p}"] = w.IntSlider(prefix, 0, max_prefix, description=f"req {p} prefix")
         sliders[f"extend{p}"] = w.IntSlider(extend, 0, max_extend, description=f"req {p} extend")
     sliders["bucket"] = w.Dropdown(options=[("no padding", 0), ("16", 16), ("24", 24), ("32", 32), ("48", 48)],
-                                   value=24, description="bucket")
+                                   value=0, description="bucket")
 
     def show(bucket, **v):
         requests = [(p, v[f"prefix{p}"], v[f"extend{p}"]) for p in range(WIDGET_REQUESTS)]
@@ -94,7 +103,8 @@ def explorer_widget(cfg: Config | None = None, *, max_prefix: int = 15, max_exte
             print(f"{live} live rows do not fit a bucket of {bucket}: the engine would take a larger bucket, "
                   "or run eager above its largest. Shown unpadded.")
             bucket = 0
-        plan = explain_batch(requests, cfg, pad_to=bucket or None)
+        pool = copy.deepcopy(allocator) if allocator is not None else None
+        plan = explain_batch(requests, cfg, pad_to=bucket or None, allocator=pool)
         for fig in (draw_batch(plan.batch, plan.ring_size), draw_ring(plan.batch, WIDGET_REQUESTS, plan.ring_size)):
             png = io.BytesIO()
             fig.savefig(png, format="png")  # shown as an image whatever the matplotlib backend

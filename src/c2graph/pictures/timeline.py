@@ -61,12 +61,16 @@ def measure_timeline(rows=ROWS, runs: int = 6) -> dict:
 def draw_timeline(data: dict | str | os.PathLike) -> Figure:
     """One panel per bucket: each program a horizontal bar from its start to its end, coloured by
     step (rows and flags, pass A, pass B, the index key, the park), programs sorted by start. The
-    dashed line is the launch's span (first start to last end). Where ``data`` holds the same
+    dashed line is the launch's span (first start to last end). Every program of the grid is drawn;
+    the grid is sized for any batch of the bucket, so a few of its programs find no group and end after
+    their first step: where ``data`` (or the results file it was measured beside) holds the blocks
+    that hold a group (``programs``, as the results' cases count them), the title says how many
+    programs those are. Where ``data`` holds the same
     run's graph replay of the fused path (``replay_us``) and of a one-node graph
     (``launch_us``), the title says how much of the replay lies outside the programs.
     ``data``: what :func:`measure_timeline` returns, or a file holding it."""
     if not isinstance(data, dict):
-        data = json.loads(Path(data).read_text())
+        data = _with_group_counts(json.loads(Path(data).read_text()), results_file_of(data))
     panels = sorted(data["timelines"].items(), key=lambda kv: int(kv[0]))
     fig = Figure(figsize=(min(MAX_WIDTH, 10.0), 2.6 * len(panels) + 1.0), layout="constrained")
     axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
@@ -79,7 +83,8 @@ def draw_timeline(data: dict | str | os.PathLike) -> Figure:
         span = max(p[-1] for p in programs)
         ends = sorted(p[-1] - p[0] for p in programs)
         ax.axvline(span, color=MUTED, linewidth=1, linestyle="--")
-        title = (f"{rows} rows, {len(programs)} programs ({panel['blocks']}): median program "
+        busy = f", {panel['programs']} of them with a group" if "programs" in panel else ""
+        title = (f"{rows} rows, {len(programs)} programs launched ({panel['blocks']}){busy}: median program "
                  f"{ends[len(ends) // 2]:.1f} µs, launch span {span:.1f} µs")
         if "replay_us" in panel:
             title += (f"\ngraph replay {panel['replay_us']:.1f} µs: {panel['replay_us'] - span:.1f} µs of it "
@@ -95,6 +100,23 @@ def draw_timeline(data: dict | str | os.PathLike) -> Figure:
     fig.suptitle(f"Where one launch of the fused kernel spends its time\n{data['device']}, {data['date']}",
                  fontsize=TITLE_FONT)
     return fig
+
+
+def _with_group_counts(data: dict, results_file: Path) -> dict:
+    """``data`` with each panel's ``programs`` (the blocks that hold a group) taken from the results
+    file it was measured beside, where that file has the bucket and the panel does not say it."""
+    if results_file.exists():
+        cases = {str(c["rows"]): c["programs"] for c in json.loads(results_file.read_text()).get("cases", [])}
+        for rows, panel in data["timelines"].items():
+            if rows in cases:
+                panel.setdefault("programs", cases[rows])
+    return data
+
+
+def results_file_of(timeline: str | os.PathLike) -> Path:
+    """The results file a timeline ``<folder>/timelines/<name>.json`` was measured beside: ``<folder>/<name>.json``."""
+    path = Path(timeline)
+    return path.parent.parent / path.name
 
 
 def timeline_file(results_file: str | os.PathLike) -> Path:
@@ -114,10 +136,14 @@ def newest_timeline(folder: str | os.PathLike | None = None) -> Path | None:
 
 def write_timeline(results_file: str | os.PathLike, rows=ROWS, dpi: int = 150) -> list[Path]:
     """Measure the timelines (:func:`measure_timeline`, a CUDA device), with the fused path's graph
-    replay and the one-node graph's from ``results_file`` where it has them, store them beside it
+    replay, the one-node graph's and the blocks that hold a group from ``results_file`` where it has
+    them, store them beside it
     (:func:`timeline_file`) and draw them there as a PNG; returns both paths."""
     data = measure_timeline(rows)
     results = json.loads(Path(results_file).read_text()) if Path(results_file).exists() else {}
+    for c in results.get("cases", []):
+        if str(c["rows"]) in data["timelines"]:
+            data["timelines"][str(c["rows"])]["programs"] = c["programs"]
     for r in results.get("records", []):
         if r["path"] == "fused" and r["mode"] == "graph" and str(r["rows"]) in data["timelines"]:
             data["timelines"][str(r["rows"])]["replay_us"] = r["median_us"]

@@ -3,8 +3,8 @@
 - :class:`StaticBatch`: metadata tensors at fixed addresses, what a captured function reads;
   :func:`capture` warms a function up and captures one call of it, and :func:`refusal_words`
   says in plain words why a capture refused it;
-- the practice batches (hand-made: request boundaries, odd starts, padding, an idle rank; then
-  fresh random ones) and poisoned practice pools;
+- the practice batches (the hand-made edge cases of :data:`HAND_MADE` first, then seeded random
+  ones, so that a check gives the same verdict in every run) and poisoned practice pools;
 - the words and the picture a failed check shows: :func:`row_words`, :func:`requests_text`,
   :func:`rows_figure`, and :func:`result_problem`, which checks a returned tensor's type, dtype,
   shape and device before any value is compared.
@@ -108,11 +108,21 @@ def refusal_words(captured: Captured) -> str:
 # --- the batches every check runs on ------------------------------------------------------------
 
 HAND_MADE = (
+    ("one row, fewer rows than the ring", [(1, 0, 1)], None),
+    ("pool index 0 from odd pos 1 in row 0, then padding (padding rows have req 0, pos 0)",
+     [(0, 1, 3), (2, 0, 2)], 8),
     ("a request continuing at pos 5 right after one ending at pos 4", [(0, 0, 5), (1, 5, 3)], None),
     ("a lone odd row, a short request, padding", [(2, 3, 1), (3, 0, 4)], 8),
+    ("a request of 0 rows between two others", [(4, 3, 3), (1, 6, 0), (5, 0, 4)], None),
     ("an idle rank: every row padding", [], 4),
-    ("three requests, odd and even starts", [(4, 12, 6), (0, 7, 2), (5, 1, 3)], None),
+    ("four requests, odd and even starts: every request slot full", [(4, 12, 6), (0, 7, 2), (5, 1, 3), (2, 0, 1)], None),
+    ("the last request ending at the batch's end: 16 rows, no padding", [(3, 1, 9), (1, 4, 7)], None),
 )
+"""The edge cases every check of notebooks 01 and 03 runs first, in this order: ``(what, requests,
+pad_to)``. All fit a bucket of 16 rows and 4 request slots (a graph check pads each to it)."""
+HAND_MADE_WORDS = ("fewer rows than the ring, an odd start next to padding, a request of 0 rows, an idle rank, "
+                   "every request slot full, the last request ending at the bucket's end")
+"""What :data:`HAND_MADE` covers, in the words a passing check prints."""
 
 
 def random_requests(rng: random.Random, max_live: int, pool_requests: int = 6) -> list[tuple[int, int, int]]:
@@ -146,9 +156,13 @@ def practice_batches(cfg: Config, rng: random.Random, n_random: int = 12, *, buc
                                      pad_to=bucket or pad)) for what, reqs, pad in cases]
 
 
-def fresh_rng() -> random.Random:
-    """A generator with a fresh seed: every check draws new random batches."""
-    return random.Random(random.SystemRandom().randrange(2**31))
+CHECK_SEED = 7
+"""The seed of every check's random batches and values: the same answer gets the same verdict in every run."""
+
+
+def check_rng() -> random.Random:
+    """The generator a check draws its random batches and values from, seeded with :data:`CHECK_SEED`."""
+    return random.Random(CHECK_SEED)
 
 
 # --- what a failed check says and shows ---------------------------------------------------------

@@ -2,13 +2,14 @@
 and the checks of 03's exercises (the graph-safe store and the graph-safe park).
 
 :func:`replay_against_eager` captures ``compress(layer, x, batch, pools)`` once, on a dummy batch
-(one request covering all rows, every row padding), then for each batch ``copy_``-es its metadata
+(to Python, one request of all rows; to the captured ops, every row padding, ``raw_out_loc`` 0, so
+the capture writes nothing real), then for each batch ``copy_``-es its metadata
 and hidden states into the static tensors, replays, and compares the pools with the library's
 torch path run eagerly on the same padded batch. It is how notebook 03 shows that notebook 01's
 ``my_compress`` is refused by a capture, and what each graph-safe change fixes.
 
-The checks take the reader's function, run it eagerly on hand-made and fresh random batches
-against the eager reference, then capture it once and replay it on other batches. They check
+The checks take the reader's function, run it eagerly on the hand-made edge cases and then seeded
+random batches (the same verdict in every run) against the eager reference, then capture it once and replay it on other batches. They check
 first that the function wrote into the caches and the ring it was given (not new tensors), then
 say pass, or, for each cache (``kv_cache``, ``index_k``, the ring) and c2 slot or ring row, whether
 it was never written (it still holds :data:`~c2graph.compressor.pools.POISON`), written wrong, or
@@ -33,10 +34,11 @@ from ..compressor.torch_path import compress_torch, park
 from ..measure.compare import Comparison, compare, compare_pools
 from .check import CheckResult, run_check
 from .compressor import (
+    HAND_MADE_WORDS,
     StaticBatch,
     capture,
+    check_rng,
     figure_of,
-    fresh_rng,
     practice_batches,
     practice_pools,
     refusal_words,
@@ -190,7 +192,7 @@ def _diff_ring(got: torch.Tensor, want: torch.Tensor, batch: ExtendBatch, rows: 
 
 
 def _graph_phase(cfg, rng, state, capture_fn, load_inputs, run_eager, differs, bucket=16, slots=4):
-    """Capture once on the dummy batch, then replay on fresh batches against ``run_eager``."""
+    """Capture once on the dummy batch, then replay on the practice batches against ``run_eager``."""
     static = StaticBatch(bucket, slots, device=DEFAULT_DEVICE)
     got = capture(lambda: capture_fn(static.batch))
     if got.error:
@@ -214,11 +216,12 @@ def check_store_graph_safe(fn) -> CheckResult:
     """Check ``fn(pools, latent, key, batch, layer)``: writes what notebook 01's ``my_store`` writes
     (slot 0 aside) into ``pools.kv_cache`` and ``pools.index_k`` in place, and can be captured once
     and replayed on any batch."""
-    cfg, rng, state = Config.tiny(), fresh_rng(), {}
+    cfg, rng, state = Config.tiny(), check_rng(), {}
     layer = SourceLayer(cfg, seed=rng.randrange(2**31), use_fused_gate=False)
 
     def cases():
-        for what, batch in practice_batches(cfg, rng):
+        cases = practice_batches(cfg, rng)
+        for what, batch in cases:
             T = batch.num_rows
             latent, key = _random(rng, T, cfg.D, dtype=torch.bfloat16), _random(rng, T, cfg.index_dim, dtype=torch.bfloat16)
             mine, want = practice_pools(cfg, POISON), practice_pools(cfg, POISON)
@@ -232,8 +235,8 @@ def check_store_graph_safe(fn) -> CheckResult:
             if bad:
                 state.setdefault("fig", (batch, _rows_of(batch, bad), f"store, run eagerly: {what}"))
                 return [(False, f"run eagerly on {what} {requests_text(batch)}: {words}")]
-        eager = (True, "run eagerly on 16 batches (request boundaries, odd starts, padding, an idle rank, "
-                       "random ones): the same c2 slots as notebook 01's store, in both caches")
+        eager = (True, f"run eagerly on {len(cases)} batches ({HAND_MADE_WORDS}; then random ones): the same "
+                       "c2 slots as notebook 01's store, in both caches")
         bucket = 16
         static_latent = torch.zeros(bucket, cfg.D, dtype=torch.bfloat16, device=DEFAULT_DEVICE)
         static_key = torch.zeros(bucket, cfg.index_dim, dtype=torch.bfloat16, device=DEFAULT_DEVICE)
@@ -258,11 +261,12 @@ def check_park_graph_safe(fn) -> CheckResult:
     """Check ``fn(ring, kv, score, batch, ring_size)``: parks what the library's torch path parks into
     ``ring`` in place (the whole ring bitwise, sentinel included), and can be captured once and
     replayed on any batch."""
-    cfg, rng, state = Config.tiny(), fresh_rng(), {}
+    cfg, rng, state = Config.tiny(), check_rng(), {}
     R, D = cfg.ring_size, cfg.D
 
     def cases():
-        for what, batch in practice_batches(cfg, rng):
+        cases = practice_batches(cfg, rng)
+        for what, batch in cases:
             T = batch.num_rows
             kv, score = _random(rng, T, D), _random(rng, T, D)
             mine, want = practice_pools(cfg, POISON).ring, practice_pools(cfg, POISON).ring
@@ -272,8 +276,8 @@ def check_park_graph_safe(fn) -> CheckResult:
             if bad:
                 state.setdefault("fig", (batch, rows, f"park, run eagerly: {what}"))
                 return [(False, f"run eagerly on {what} {requests_text(batch)}: {words}")]
-        eager = (True, "run eagerly on 16 batches (request boundaries, odd starts, padding, an idle rank, "
-                       "random ones): the same ring, sentinel included")
+        eager = (True, f"run eagerly on {len(cases)} batches ({HAND_MADE_WORDS}; then random ones): the same "
+                       "ring, sentinel included")
         bucket = 16
         kv, score = (torch.zeros(bucket, D, device=DEFAULT_DEVICE) for _ in range(2))
         ring, ref = practice_pools(cfg, POISON).ring, practice_pools(cfg, POISON).ring

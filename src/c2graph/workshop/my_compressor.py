@@ -7,9 +7,11 @@ version where they wrote it: :mod:`c2graph.workshop.yours`).
 
 The checks (``check_previous_is_partner``, ``check_ring_read_rows``, ``check_park_mask``) each
 take the reader's function, check what it returns (a tensor, its dtype, shape and device) before
-any value, run it on hand-made batches (request boundaries, odd starts, padding, an idle rank)
-and on fresh random ragged batches, and say pass, or which rows differ and why
-(:class:`~c2graph.workshop.check.CheckResult`). They never raise because the reader's code does.
+any value, run it on the hand-made edge cases first (fewer rows than the ring, an odd start next
+to padding, a request of 0 rows, an idle rank, every request slot full, the last request ending at
+the bucket's end), then on seeded random ragged batches, so the same answer gets the same verdict in
+every run, and say pass, or which rows differ and why (:class:`~c2graph.workshop.check.CheckResult`).
+They never raise because the reader's code does.
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_rea
 from .check import CheckResult, run_check
 from .compressor import (
     HAND_MADE,
+    HAND_MADE_WORDS,
     PRACTICE_POOL_REQUESTS,
     StaticBatch,
     capture,
     figure_of,
-    fresh_rng,
+    check_rng,
     practice_batches,
     refusal_words,
     requests_text,
@@ -145,6 +148,8 @@ def my_compress(layer, x, batch, pools):
 
 # --- the checks of notebook 01's exercises --------------------------------------------------------
 
+RING_SIZE = Config.tiny().ring_size
+"""The ring size of every check's batches (the ``tiny`` preset's)."""
 BOOL_HINT = "comparisons joined with `&` give bool; `torch.zeros(T)`, `.long()` or `.int()` do not"
 INDEX_HINT = "ring rows are int64, as `batch.req * ring_size` is"
 
@@ -157,6 +162,11 @@ def _compare_rows(name: str, cases, got_of, want_of, why, hint: str, state: dict
     for what, batch in cases:
         got, want = got_of(batch), want_of(batch)
         problem = result_problem(got, want, "your result", hint)
+        if (problem and isinstance(got, torch.Tensor) and got.dim() == 1 and got.shape[0] > batch.num_rows
+                and batch.num_rows < RING_SIZE):
+            problem += (f" (this batch has {batch.num_rows} row, fewer than the ring's {RING_SIZE}: a shift by "
+                        "`ring_size` made with `x[ring_size:]` and `ring_size` fill values gives `ring_size` values "
+                        "here, not one per row)")
         if problem:
             return [(False, f"{what} {requests_text(batch)}: {problem}")]
         bad = (got != want).nonzero().flatten().tolist()
@@ -167,8 +177,8 @@ def _compare_rows(name: str, cases, got_of, want_of, why, hint: str, state: dict
             state.setdefault("fig", (batch, bad, f"{name}: {what}"))
             failed.append(f"{what} {requests_text(batch)}: {len(bad)} of {batch.num_rows} rows differ: {detail}{more}")
     if not failed:
-        return [(True, f"{name} on {len(cases)} batches: {len(HAND_MADE)} hand-made (request boundaries, "
-                       f"odd starts, padding, an idle rank) and {len(cases) - len(HAND_MADE)} random")]
+        return [(True, f"{name} on {len(cases)} batches: {len(HAND_MADE)} hand-made ({HAND_MADE_WORDS}) "
+                       f"and {len(cases) - len(HAND_MADE)} random")]
     lines = [(False, line) for line in failed[:3]]
     if len(failed) > 3:
         lines.append((False, f"{len(failed) - 3} more of the {len(cases)} batches differ too"))
@@ -177,13 +187,15 @@ def _compare_rows(name: str, cases, got_of, want_of, why, hint: str, state: dict
 
 def check_previous_is_partner(fn) -> CheckResult:
     """Check ``fn(batch) -> [T] bool``: the previous row is the partner (same request, ``pos - 1``, both live)."""
-    cases, state = practice_batches(Config.tiny(), fresh_rng()), {}
+    cases, state = practice_batches(Config.tiny(), check_rng()), {}
 
     def why(plan, row, got, want):
         p, prev = plan.rows[row], plan.rows[row - 1] if row else None
         if want:
             return f"{row_words(plan, row)}: yours says {got}, but row {row - 1} is its partner (pos {p.pos - 1})"
-        reason = ("it is the first row of the batch: there is no previous row" if prev is None
+        reason = ((f"it is the first row of the batch: there is no previous row (`roll(1)` brings the last row, "
+                   f"row {len(plan.rows) - 1}{', padding,' if plan.rows[-1].is_padding else ''} round to row 0: "
+                   "check that the previous row is live too, or leave row 0 False)") if prev is None
                   else "it is padding" if p.is_padding
                   else f"row {row - 1} is padding" if prev.is_padding
                   else f"row {row - 1} belongs to request slot {prev.request_slot} (compare `req`)" if prev.req != p.req
@@ -197,7 +209,7 @@ def check_previous_is_partner(fn) -> CheckResult:
 def check_ring_read_rows(fn) -> CheckResult:
     """Check ``fn(batch, prev_is_partner, ring_size, sentinel) -> [T] int64``: the ring row each row reads."""
     cfg = Config.tiny()
-    cases, state, R = practice_batches(cfg, fresh_rng()), {}, cfg.ring_size
+    cases, state, R = practice_batches(cfg, check_rng()), {}, cfg.ring_size
     sentinel = PRACTICE_POOL_REQUESTS * R
 
     def why(plan, row, got, want):
@@ -218,7 +230,7 @@ def check_ring_read_rows(fn) -> CheckResult:
 def check_park_mask(fn) -> CheckResult:
     """Check ``fn(batch, ring_size) -> [T] bool``: each request's last ``ring_size`` rows, computed with
     tensor ops only, so that a graph captured on one batch gives the right mask for every other."""
-    cfg, rng, state = Config.tiny(), fresh_rng(), {}
+    cfg, rng, state = Config.tiny(), check_rng(), {}
     R, bucket, slots = cfg.ring_size, 16, 4
 
     def why(plan, row, got, want):

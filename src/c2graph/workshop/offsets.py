@@ -1,7 +1,7 @@
 """Checks of notebook 04's exercises: the offsets builder, the in-place refresh, and an audit of your own code.
 
 - :func:`check_offsets_builder` calls the reader's ``build_offsets(extend_lens, request_slots)``
-  on ragged batches, a full one, one with an empty request and an idle rank's, and compares the
+  on fixed cases (a ragged batch, every slot full, a request of 0 rows, an idle rank, ...), and compares the
   ``[2, request_slots]`` int32 tensor with the package's (:func:`~c2graph.build_extend_offsets`).
 - :func:`check_refresh` hands the reader's ``refresh_metadata(static, batch)`` the tensors a
   prefill graph of a fused and a torch layer was captured with, checks that each is still itself
@@ -10,7 +10,9 @@
   that does not hold the batch's values, never written or written wrong.
 - :func:`check_padding_zeroed` audits the reader's ``zero_padding(rows)`` over two batches of
   :class:`RequestRows` (the static inputs of the notebook's own-code audit) and replays a graph of
-  it captured after the first batch, after the second.
+  it captured after the first batch, after the second and after a third that fills every request slot.
+
+Every case is fixed: the same answer gets the same verdict in every run.
 
 All three return a :class:`~c2graph.workshop.CheckResult`; a wrong or unfinished function is reported,
 never raised.
@@ -35,6 +37,7 @@ from ..compressor.req_to_token import ReqToTokenPool
 from ..graphs.audit import audit
 from ..graphs.graph import Graph, warmup
 from ..graphs.prefill_graph import PrefillGraphRunner
+from ..graphs.refusals import UNPINNED_COPY
 from ..measure.compare import compare_pools
 from .check import CheckResult, run_check
 
@@ -43,12 +46,14 @@ BUILDER_CASES = [
     ("a full batch: 4 requests in 4 request slots", [3, 1, 7, 2], 4),
     ("1 request of 9 rows in 8 request slots", [9], 8),
     ("a request of 0 rows between two others", [4, 0, 3], 5),
+    ("a request of 0 rows in the last request slot", [3, 5, 0], 3),
     ("an idle rank: no request in 4 request slots", [], 4),
 ]
 REFRESH_BATCHES = [
     ("2 requests from position 0", [(0, 0, 7), (1, 0, 6)]),
     ("3 requests, 2 of them continuing at odd positions", [(0, 7, 5), (1, 6, 3), (2, 1, 6)]),
     ("a smaller batch after a larger one", [(2, 7, 3)]),
+    ("every request slot full, the last request ending at row 16", [(3, 0, 4), (0, 12, 5), (1, 9, 3), (2, 10, 4)]),
     ("an idle rank: no request, 16 rows of padding", []),
 ]
 
@@ -225,7 +230,9 @@ class RequestRows:
     """
 
     SLOTS, ROWS = 4, 16
-    BATCHES = (((5, 2.0), (3, 3.0)), ((4, 0.5), (2, 4.0), (6, 1.5)))  # (rows, scale) of each request
+    BATCHES = (((5, 2.0), (3, 3.0)), ((4, 0.5), (2, 4.0), (6, 1.5)),
+               ((3, 1.0), (5, 2.5), (2, 0.5), (6, 3.0)))  # (rows, scale) of each request
+    """Batch 1 and 2 (the audits'), and batch 3: every request slot full, the last request ending at row 16."""
 
     def __init__(self, device=DEFAULT_DEVICE):
         f32 = dict(dtype=torch.float32, device=device)
@@ -253,14 +260,16 @@ class RequestRows:
 def check_padding_zeroed(zero_padding: Callable[[RequestRows], None]) -> CheckResult:
     """Check the reader's ``zero_padding(rows)``: zero ``rows.out`` past the batch's live rows and
     leave the live rows as they are, in a graph. The audit over batch 1 then batch 2 must be clean
-    (else each flag, with its line), and a graph captured after batch 1 and replayed after batch 2
-    (``out`` filled with a poison first) must zero exactly batch 2's padding rows."""
+    (else each flag, with its line; a refused capture is named as the host sync or host copy it is),
+    and a graph captured after batch 1 and replayed after batch 2, then after batch 3 (every request
+    slot full, no padding row; ``out`` filled with a poison first), must zero exactly each batch's
+    padding rows."""
 
     def cases():
         rows = RequestRows()
         found = audit(lambda: zero_padding(rows), [lambda: rows.load(0), lambda: rows.load(1)])
         verdict = f"the audit over batch 1, then batch 2: {found.verdict()}"
-        out = [(found.ok, "; ".join([verdict, *map(str, found.flags)]))]
+        out = [(found.ok, "; ".join([verdict, *map(str, found.flags)]) + _refusal_words(found.refused))]
         if found.refused:
             return out
         rows.load(0)
@@ -268,16 +277,47 @@ def check_padding_zeroed(zero_padding: Callable[[RequestRows], None]) -> CheckRe
         graph = Graph()
         with graph.capture():
             zero_padding(rows)
-        rows.load(1)
-        rows.out.fill_(POISON)
-        graph.replay()
-        want = torch.where(torch.arange(rows.ROWS) < rows.live, POISON, 0.0)
-        bad = (rows.out.cpu() != want).nonzero().flatten().tolist()
-        what = f"a graph captured after batch 1, replayed after batch 2 ({rows.live} live rows): "
-        if bad:
-            out.append((False, what + f"rows {bad} wrong (rows from {rows.live} must be 0, the live rows untouched)"))
-        else:
-            out.append((True, what + f"rows {rows.live} to {rows.ROWS - 1} zeroed, the live rows untouched"))
+        for k in (1, 2):
+            rows.load(k)
+            rows.out.fill_(POISON)
+            graph.replay()
+            out.append(_replay_line(rows, k))
         return out
 
     return run_check("zero the padding rows", cases)
+
+
+def _refusal_words(refused: str | None) -> str:
+    """Why a capture of the reader's step was refused, in the reader's terms ('' if it was not)."""
+    if not refused:
+        return ""
+    if refused.startswith(UNPINNED_COPY.splitlines()[0]):
+        return (". That is a host copy: a value went between the host and the device inside the capture "
+                "(`.tolist()`, `.cpu()`, `torch.tensor(...)` of host numbers); keep the live count on the device")
+    return (". That is a host sync: the host waited for a value of the batch (`int(t)`, `.item()`, `if t:`, "
+            "a slice bound or a grid taken from a tensor), which a capture cannot do. Keep the live row count a "
+            "tensor (`rows.offsets[1].sum()`) and compare it with `torch.arange(rows.ROWS)` on the device")
+
+
+def _replay_line(rows: RequestRows, k: int) -> tuple[bool, str]:
+    """The replay after batch ``k``: rows from ``rows.live`` must be 0, the live rows still the poison."""
+    want = torch.where(torch.arange(rows.ROWS) < rows.live, POISON, 0.0)
+    got = rows.out.cpu()
+    bad = (got != want).nonzero().flatten().tolist()
+    what = f"a graph captured after batch 1, replayed after batch {k + 1} ({rows.describe(k).split(': ')[1]}, " \
+           f"{rows.live} live rows): "
+    if not bad:
+        padding = f"rows {rows.live} to {rows.ROWS - 1} zeroed" if rows.live < rows.ROWS else "no padding row"
+        return True, what + f"{padding}, the live rows untouched"
+    zeroed_live = [r for r in bad if r < rows.live]
+    starts, counts = rows.host_offsets
+    why = f"rows {bad} wrong " + (f"(rows from {rows.live} must be 0, the live rows untouched)" if rows.live < rows.ROWS
+                                  else "(no row is padding here: every row is live and must stay untouched)")
+    if zeroed_live and zeroed_live[0] == starts[-1] and counts[-1] > 0:
+        why += (f": you zeroed from row {starts[-1]}, the last request slot's first row (`offsets[0, -1]`). "
+                "It equals the live row count only while the last slot is past the batch; here every slot is "
+                f"full and its request holds rows {starts[-1]} to {starts[-1] + counts[-1] - 1}. The live row "
+                "count is the sum of the counts, `offsets[1].sum()`")
+    elif zeroed_live:
+        why += f": live rows {zeroed_live} were zeroed"
+    return False, what + why
