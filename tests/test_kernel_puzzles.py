@@ -218,12 +218,12 @@ def row_sum_wrong_axis(x, LOG2_N: tl.constexpr):
 
 @triton.jit
 def park(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-         D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+         D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     s = tl.arange(0, S_PAD)
     first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -238,7 +238,7 @@ def park(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request
 
 @triton.jit
 def park_every_request(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                       D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                       D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(0, request_slots):  # every program parks every request
         start = tl.load(offsets_ptr + r)
@@ -253,12 +253,12 @@ def park_every_request(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pai
 
 @triton.jit
 def park_without_min(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                     D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                     D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     s = tl.arange(0, S_PAD)
     first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -272,12 +272,12 @@ def park_without_min(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_
 
 @triton.jit
 def park_first_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                    D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                    D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     s = tl.arange(0, S_PAD)
     first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -291,11 +291,11 @@ def park_first_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_p
 
 @triton.jit
 def park_unmasked_first_pairs(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                              D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                              D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     first_pair = tl.load(first_pair_ptr + tl.arange(0, S_PAD))  # reads S_PAD - request_slots values past the table
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -401,7 +401,7 @@ def test_a_function_that_is_no_triton_function_or_has_another_signature_is_named
 @pytest.mark.parametrize("draw", [
     lambda p: puzzles.draw_rows_puzzle(p, program=2, block=8, s_pad=8),
     lambda p: puzzles.draw_partners_puzzle(p, program=0, block=8),
-    lambda p: puzzles.draw_park_puzzle(p, program=1, groups=4),
+    lambda p: puzzles.draw_park_puzzle(p, program=1, groups_per_block=4),
     lambda p: puzzles.draw_row_sum_puzzle(8),
 ], ids=["rows", "partners", "park", "row_sum"])
 def test_the_pictures_keep_the_house_style(draw):

@@ -17,7 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ..compressor.batch import ExtendBatch
-from ..compressor.fused import GROUPS
+from ..compressor.fused import SMALL_BUCKET_GROUPS_PER_BLOCK
 from ..compressor.programs import program_plan
 from ..compressor.rows import Partner, plan_rows
 from .style import (
@@ -118,7 +118,7 @@ def draw_extend_offsets(batch: ExtendBatch, title: str | None = None) -> Figure:
 
 
 def draw_programs(
-    batch: ExtendBatch, ring_size: int, groups: int = GROUPS, title: str | None = None
+    batch: ExtendBatch, ring_size: int, groups_per_block: int = SMALL_BUCKET_GROUPS_PER_BLOCK, title: str | None = None
 ) -> Figure:
     """Which program handles which rows, and where each group row's partner comes from.
 
@@ -126,8 +126,8 @@ def draw_programs(
     black edge. A grey arc joins a group row to its partner in the previous row; a solid arrow
     brings the partner from the ring (the first row of a request that starts at an odd
     position). Dashed arrows park each request's last rows in the ring, written by the program
-    that owns the request's first pair of rows. Shaded bands are the programs, ``groups`` pairs of
-    rows each: the rows its lanes read, its first group's partner to its last group row.
+    that owns the request's first group. Shaded bands are the programs, ``groups_per_block``
+    groups each: the rows its lanes read, its first group's partner to its last group row.
     """
     plan = plan_rows(batch, ring_size)
     T = batch.num_rows
@@ -135,7 +135,7 @@ def draw_programs(
     ax = fig.subplots()
     lo_x, hi_x = -4.5, T + 0.5
     ppu = _points_per_unit(fig, lo_x, hi_x)
-    programs = program_plan(batch, ring_size, groups)
+    programs = program_plan(batch, ring_size, groups_per_block)
     for b, program in enumerate(programs):
         if not program["rows"]:
             continue
@@ -183,7 +183,7 @@ def draw_programs(
     ax.set_ylim(-1.6, 4.7)
     ax.set_axis_off()
     busy = sum(bool(p["groups"]) for p in programs)
-    default = (f"{len(programs)} programs of GROUPS = {groups} pairs of rows ({busy} with groups). Cells: pos; "
+    default = (f"{len(programs)} programs of {groups_per_block} groups per block ({busy} with groups). Cells: pos; "
                "black edge: a group row (odd pos); hatched: padding")
     ax.set_title(title or default, fontsize=TITLE_FONT, loc="left")
     handles = [Line2D([], [], color="dimgrey", label="partner: previous row"),

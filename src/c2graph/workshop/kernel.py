@@ -126,11 +126,11 @@ def _partner_mistake(p: puzzles.Puzzle, r: int, got: torch.Tensor) -> str:
     return f"row {r} (pos {pos}, req {req}): out[{r}] holds {found}; expected {expected}{hint}"
 
 
-def _park_mistake(p: puzzles.Puzzle, got: dict[int, str], programs: int, groups: int) -> str | None:
+def _park_mistake(p: puzzles.Puzzle, got: dict[int, str], programs: int, groups_per_block: int) -> str | None:
     """Puzzle 4: what is wrong with the ring rows ``got`` (``{ring row: what it holds}``) after
     programs ``0 .. programs - 1`` ran, each parking its own requests; ``None`` when nothing is."""
     fp, parked = p.first_pairs().tolist(), p.parked()
-    owner = {k: fp[int(p.slots()[r])] // groups for k, r in parked.items()}
+    owner = {k: fp[int(p.slots()[r])] // groups_per_block for k, r in parked.items()}
     for k in sorted(set(got) | {k for k in parked if owner[k] < programs}):
         g, w = got.get(k), (f"x row {parked[k]}" if k in parked else None)
         if g == w and owner[k] < programs:
@@ -318,22 +318,22 @@ def _park_launch(fn, p: puzzles.Puzzle, programs: int) -> dict[int, str]:
                                                  torch.cat([zero, p.batch.req]), torch.cat([p.offsets().flatten(), tail]),
                                                  torch.cat([p.first_pairs(), tail])))
     _launch(fn, (programs,), x[1:], ring, pos[1:], req[1:], offsets, first_pair, S,
-            D=puzzles.D, RING=puzzles.RING, GROUPS=GROUPS, S_PAD=S_PAD)
+            D=puzzles.D, RING=puzzles.RING, GROUPS_PER_BLOCK=GROUPS_PER_BLOCK, S_PAD=S_PAD)
     ring = ring.cpu()
     return {k: puzzles.source_of(ring[k]) for k in range(ring.shape[0]) if not bool((ring[k] == POISON).all())}
 
 
 PARK = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "offsets_ptr", "first_pair_ptr", "request_slots", "D", "RING",
-        "GROUPS", "S_PAD"]
-GROUPS = 4
+        "GROUPS_PER_BLOCK", "S_PAD"]
+GROUPS_PER_BLOCK = 4
 """Pairs of rows a program in puzzle 4 (the kernel's is 8 or 16)."""
 
 
 def check_park(fn, seed: int = 0) -> CheckResult:
-    """Puzzle 4: program ``b`` parks the requests whose first pair is one of its ``GROUPS`` pairs.
+    """Puzzle 4: program ``b`` parks the requests whose first pair is one of its ``GROUPS_PER_BLOCK`` groups.
 
     Launched as ``fn[(programs,)](x, ring, pos, req, offsets, first_pair, request_slots, D=16,
-    RING=2, GROUPS=4, S_PAD=8)``, first with only program 0, then programs 0 and 1, and so on, each
+    RING=2, GROUPS_PER_BLOCK=4, S_PAD=8)``, first with only program 0, then programs 0 and 1, and so on, each
     on a fresh poisoned ring: so a program that parks another program's request is caught, even
     when the whole grid's ring would look right. Says which ring row, never written or written
     wrong, and which row it holds.
@@ -344,9 +344,9 @@ def check_park(fn, seed: int = 0) -> CheckResult:
             return [(False, problem)]
         results = []
         for p in puzzles.puzzles(seed):
-            programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS)  # enough for any batch's pairs
+            programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS_PER_BLOCK)  # enough for any batch's pairs
             for b in range(programs):
-                why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS)
+                why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS_PER_BLOCK)
                 if why:
                     launched = "only program 0" if b == 0 else f"programs 0 to {b}"
                     results.append((False, f"{p.what}: with {launched} of {programs} launched, {why}"))

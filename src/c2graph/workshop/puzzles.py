@@ -89,10 +89,10 @@ class Puzzle:
         """``{ring row: buffer row}``: each request's last ``min(count, RING)`` rows (puzzle 4's answer)."""
         return self.plan().parked
 
-    def parked_by(self, program: int, groups: int) -> set[int]:
+    def parked_by(self, program: int, groups_per_block: int) -> set[int]:
         """The request slots program ``program`` parks: those whose first pair lies in its block."""
         fp = self.first_pairs().tolist()
-        return {s for s in range(self.request_slots) if program * groups <= fp[s] < (program + 1) * groups}
+        return {s for s in range(self.request_slots) if program * groups_per_block <= fp[s] < (program + 1) * groups_per_block}
 
 
 def puzzles(seed: int) -> list[Puzzle]:
@@ -278,18 +278,18 @@ def draw_partners_puzzle(p: Puzzle, program: int, block: int) -> Figure:
                                 "of its group rows")
 
 
-def draw_park_puzzle(p: Puzzle, program: int, groups: int) -> Figure:
-    """Puzzle 4: program ``program`` parks the requests whose first pair is one of its ``groups`` pairs."""
+def draw_park_puzzle(p: Puzzle, program: int, groups_per_block: int) -> Figure:
+    """Puzzle 4: program ``program`` parks the requests whose first pair is one of its ``groups_per_block`` groups."""
     fp = p.first_pairs().tolist()
     pairs = int(((p.offsets()[1] + 1) // 2).sum())
     slot_of_pair = [next(s for s in range(p.request_slots) if fp[s] <= k and (s + 1 == p.request_slots or k < fp[s + 1]))
                     for k in range(pairs)]
-    mine = p.parked_by(program, groups)
+    mine = p.parked_by(program, groups_per_block)
     parked = p.parked()
     first_pairs = {fp[s]: READ for s in mine if fp[s] < pairs}
     rows = {r: READ for k, r in parked.items() if p.slots()[r].item() in mine}
     ring = {k: WRITTEN for k, r in parked.items() if p.slots()[r].item() in mine}
-    strips = [Strip(f"pairs (blocks of {groups})", [str(k // groups) for k in range(pairs)],
+    strips = [Strip(f"pairs (blocks of {groups_per_block})", [str(k // groups_per_block) for k in range(pairs)],
                     [request_colour(s) for s in slot_of_pair], first_pairs),
               _row_strip(p, "x rows (cells: pos)", rows),
               Strip(f"ring rows (req * {RING} + pos % {RING})", [str(k) for k in range(POOL_REQUESTS * RING)],
