@@ -96,7 +96,10 @@ class Puzzle:
 
 
 def puzzles(seed: int) -> list[Puzzle]:
-    """The checks' batches: notebook 02's own, one with a one-row request first, and a fresh random one."""
+    """The checks' batches: hand-made edge cases first (notebook 02's own batch; one live row, fewer
+    than the ring; a one-row request first; a zero-length request, and a request at an odd position
+    next to padding; every request slot full, the last request ending at the bucket's end), then a
+    random one drawn from ``seed``: the same batches, and so the same verdict, on every run."""
     cfg = Config.tiny()
     alloc = ReqToTokenPool(cfg, pool_requests=POOL_REQUESTS, max_seq_len=96, seed=seed)
     g = torch.Generator().manual_seed(seed)
@@ -111,8 +114,14 @@ def puzzles(seed: int) -> list[Puzzle]:
     return [
         Puzzle("notebook 02's batch (4 requests, 6 request slots, 5 padding rows)",
                batch([(0, 5, 7), (3, 0, 15), (1, 3, 1), (4, 9, 12)], 6, 40)),
+        Puzzle("one live row in all, fewer than the ring, at an odd position (3 padding rows)",
+               batch([(2, 5, 1)], 2, 4)),
         Puzzle("a one-row request first, at an odd position (3 requests, 7 request slots)",
                batch([(2, 7, 1), (5, 0, 6), (0, 4, 9)], 7, 19)),
+        Puzzle("a zero-length request, then one at an odd position ending next to padding (4 request slots)",
+               batch([(0, 2, 5), (3, 4, 0), (5, 9, 3)], 4, 12)),
+        Puzzle("every request slot full, the last request ending at the bucket's end (no padding)",
+               batch([(1, 3, 4), (4, 0, 5), (2, 6, 7)], 3, 16)),
         Puzzle(f"a random batch (seed {seed}: {n} requests, {n + 1} request slots)",
                batch(rand, n + 1, live + int(torch.randint(0, 4, (1,), generator=g)))),
     ]
