@@ -31,6 +31,7 @@ from ..compressor.pools import POISON, Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, project_fused, split_projected
 from ..compressor.torch_path import compress_torch, finish, gate
+from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
 from .kernel import kernel_problem, launch, reported
@@ -150,13 +151,19 @@ class Run:
         self.want_pools = self.pools.clone()
         self.want = compress_torch(self.layer, *split_projected(self.projected), self.batch, self.want_pools)
 
+    def guard(self) -> torch.Tensor:
+        """``[2D]`` fp32: the row placed before the buffer (and ``BLOCK`` of them after it), so that a
+        read out of bounds reads the same values on every run, and is named."""
+        return 1000.0 + torch.arange(2 * self.layer.cfg.D) / 64
+
     def launch(self, fn) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run ``fn`` on a copy of the ring and a poisoned latent buffer: ``(latent, ring)`` on the host."""
-        cfg, T = self.layer.cfg, self.batch.num_rows
+        """Run ``fn`` on a copy of the ring and a poisoned latent buffer with ``BLOCK`` rows past its
+        end: ``(latent [T + BLOCK, D], ring)`` on the host."""
+        cfg, T, b = self.layer.cfg, self.batch.num_rows, self.batch
         ring = self.pools.ring.clone().to(DEFAULT_DEVICE)
-        latent = torch.full((T, cfg.D), POISON, dtype=torch.bfloat16, device=DEFAULT_DEVICE)
-        b = self.batch
-        launch(fn, (triton.cdiv(T, BLOCK),), self.projected.to(DEFAULT_DEVICE), ring,
+        projected = torch.cat([self.guard()[None], self.projected, self.guard().expand(BLOCK, -1)]).to(DEFAULT_DEVICE)
+        latent = torch.full((T + BLOCK, cfg.D), POISON, dtype=torch.bfloat16, device=DEFAULT_DEVICE)
+        launch(fn, (triton.cdiv(T, BLOCK),), projected[1:], ring,
                *(t.to(DEFAULT_DEVICE) for t in (b.pos, b.req, b.extend_offsets, self.layer.norm_w)), latent,
                T, b.request_slots, cfg.eps, D=cfg.D, LOG2_D=cfg.D.bit_length() - 1, RING=cfg.ring_size,
                BLOCK=BLOCK, S_PAD=S_PAD)
@@ -198,9 +205,10 @@ def _latent_mistake(run: Run, r: int, got: torch.Tensor) -> str:
 
     ring = run.pools.ring
     if ring_row is not None:  # the first row of its request: the partner is in the ring
-        if r > 0 and gated_with(run.projected[r - 1]):
-            return (f"{said}: its partner came from the previous row of the batch, but row {r} is the first row of "
-                    f"its request, so its partner (pos {pos - 1}) is ring row req * RING + (pos - 1) % RING = {ring_row}")
+        if gated_with(run.projected[r - 1] if r > 0 else run.guard()):
+            before = f"the previous row of the batch (row {r - 1})" if r > 0 else "the row before the buffer (row -1)"
+            return (f"{said}: its partner came from {before}, but row {r} is the first row of its request, so its "
+                    f"partner (pos {pos - 1}) is ring row req * RING + (pos - 1) % RING = {ring_row}")
         wrong_ring = next((k for k in range(ring.shape[0] - 1) if k != ring_row and gated_with(ring[k])), None)
         if wrong_ring is not None:
             return (f"{said}: its partner came from ring row {wrong_ring}; the partner of pos {pos} is at "
@@ -256,15 +264,20 @@ def check_compressor(fn, seed: int = 0) -> CheckResult:
             got, want = latent.float(), run.want.float()
             wrong = [r for r in range(T) if (r in groups and not torch.allclose(got[r], want[r], rtol=TOL, atol=TOL))
                      or (r not in groups and not bool((got[r] == POISON).all()))]
+            past = [r for r in range(T, T + BLOCK) if not bool((got[r] == POISON).all())]
             ring_wrong = _ring_mistake(run, ring)
             if wrong:
                 results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
                                        f"{_latent_mistake(run, wrong[0], got[wrong[0]])}"))
+            elif past:
+                results.append((False, f"{p.what}: latent[{past[0]}] was written, past the last row ({T} rows): "
+                                       "mask the store with the group rows, which lie inside the requests"))
             elif ring_wrong:
                 results.append((False, f"{p.what}: the latents are right, but {ring_wrong}"))
             else:
-                results.append((True, f"{p.what}: the {len(groups)} group rows' latents within 2**-6 of the torch "
-                                      f"path, the other {T - len(groups)} untouched, the ring bitwise the same"))
+                results.append((True, f"{p.what}: the latents of {plural(len(groups), 'group row')} within 2**-6 "
+                                      f"of the torch path, the other {plural(T - len(groups), 'row')} untouched, the "
+                                      "ring bitwise the same"))
         return results
 
     return run_check("my_compressor (assembly, step 2)", reported(cases))

@@ -6,7 +6,10 @@ and compares what it wrote or returned with the answer computed in torch. It say
 row (or ring row) is wrong, whether it was never written (still the poison) or written wrong, and
 the usual mistake behind it. It never raises for a wrong or unfinished function: a stub's
 ``NotImplementedError`` is reported as "not written yet", a function that is not a Triton function
-or has another signature is named first.
+or has another signature is named first, and an error raised inside Triton or torch by the
+reader's code is reported at the reader's line, in the reader's terms (:func:`launch`; the
+assembly's checks, :mod:`c2graph.workshop.assembly`, launch through it too). The batches are the
+same on every run (hand-made edge cases, then one drawn from ``seed``), so is the verdict.
 
 1. :func:`check_row_slots`: each row's request slot, from the extend offsets;
 2. :func:`check_partners`: each group row's partner, the previous row or a ring row;
@@ -27,6 +30,7 @@ import triton.language as tl
 
 from .._runtime import DEFAULT_DEVICE, INTERPRET
 from ..compressor.pools import POISON
+from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
 
@@ -241,7 +245,7 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
     """Puzzle 1: ``fn`` writes each row's request slot, read from the extend offsets (-1: padding).
 
     Launched as ``fn[(cdiv(num_rows, BLOCK),)](offsets, slot, num_rows, request_slots, BLOCK=8,
-    S_PAD=8)`` on three batches; the offsets sit in a buffer whose next elements hold 1000, the
+    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets sit in a buffer whose next elements hold 1000, the
     output in one with ``BLOCK`` poisoned elements past its end. Says which row, never written
     or written wrong, and why.
     """
@@ -313,7 +317,8 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
                                        "mask the loads and the store with rows < num_rows"))
             else:
                 n = sum(w is not None for w in want)
-                results.append((True, f"{p.what}: the {n} group rows' partners right, the other {T - n} rows untouched"))
+                results.append((True, f"{p.what}: the partners of {plural(n, 'group row')} right, the other "
+                                      f"{plural(T - n, 'row')} untouched"))
         return results
 
     return run_check("gather_partners (puzzle 2)", reported(cases))
@@ -454,7 +459,7 @@ def check_park(fn, seed: int = 0) -> CheckResult:
                     results.append((False, f"{p.what}: with {launched} of {programs} launched, {why}"))
                     break
             else:
-                results.append((True, f"{p.what}: the {len(p.parked())} parked ring rows right, each written by "
+                results.append((True, f"{p.what}: {plural(len(p.parked()), 'parked ring row')} right, each written by "
                                       "its request's program alone, no other ring row"))
         return results
 
