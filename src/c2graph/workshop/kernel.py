@@ -83,10 +83,17 @@ def _reader_line(error: BaseException, reader) -> tuple[str, str] | None:
     while seen is not None and seen not in chain:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
+    name = getattr(code, "co_name", None)
     for e in reversed(chain):  # the innermost first
+        # Interpreted: a frame of the reader's file. Compiled: Triton's error carries the source of
+        # the function it was compiling and the node it stopped at.
         frames = [f for f in traceback.extract_tb(e.__traceback__) if code is not None and f.filename == code.co_filename]
         if frames:
             return (frames[-1].line or "").strip(), str(e).strip() or type(e).__name__
+        src, line = getattr(e, "src", None), getattr(getattr(e, "node", None), "lineno", None)
+        if isinstance(src, str) and line and name and f"def {name}(" in src:
+            lines = src.split("\n")
+            return (lines[line - 1].strip() if line <= len(lines) else ""), str(getattr(e, "error_message", "") or e)
     return None
 
 
