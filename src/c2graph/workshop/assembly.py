@@ -66,7 +66,7 @@ def _gate_norm_case(seed: int) -> tuple[list[torch.Tensor], torch.Tensor, float]
     cfg = Config.tiny()
     g = torch.Generator().manual_seed(seed)
     tiles = [torch.randn(GATE_ROWS, cfg.D, generator=g) * scale for scale in (1.0, 3.0, 1.0, 3.0)]
-    return tiles, SourceLayer(cfg, seed=seed).norm_w.cpu(), cfg.eps
+    return tiles, SourceLayer(cfg, seed=seed, device="cpu").norm_w, cfg.eps
 
 
 def _gate_norm_mistake(got: torch.Tensor, tiles: list[torch.Tensor], norm_w: torch.Tensor, eps: float) -> str:
@@ -137,9 +137,9 @@ class Run:
 
     def __init__(self, p: puzzles.Puzzle, seed: int):
         self.p, cfg = p, Config.tiny()
-        self.layer = SourceLayer(cfg, seed=seed)
+        self.layer = SourceLayer(cfg, seed=seed, device="cpu")  # the torch path's answer, on the host
         alloc = ReqToTokenPool(cfg, pool_requests=puzzles.POOL_REQUESTS, max_seq_len=96, seed=seed)
-        self.pools = Pools(cfg, puzzles.POOL_REQUESTS, alloc.kv_slots)
+        self.pools = Pools(cfg, puzzles.POOL_REQUESTS, alloc.kv_slots, device="cpu")
         requests = [(r.pool_index, r.prefix_len, r.extend_len) for r in p.batch.requests]
         before = [(pool, 0, prefix) for pool, prefix, _ in requests if prefix > 0]
         if before:  # a previous chunk fills the ring rows this batch reads
@@ -174,7 +174,7 @@ class Run:
         D = self.layer.cfg.D
         cur = self.projected[row]
         pooled = gate(partner[None, :D], partner[None, D:], cur[None, :D], cur[None, D:])
-        return finish(pooled, self.layer.norm_w.cpu(), self.layer.cfg.eps)[0].float()
+        return finish(pooled, self.layer.norm_w, self.layer.cfg.eps)[0].float()
 
     def what_ring_row_holds(self, row: torch.Tensor, k: int) -> str:
         """Which batch row ``row`` (``[2D]``, a ring row after the kernel) is a copy of, in words."""
