@@ -92,3 +92,9 @@ def test_an_error_inside_triton_is_reported_at_the_readers_line():
                                   "m, kv, score = group[:, None], cols[None, :], D + cols[:, None]"))
     said = str(assembly.check_compressor(ns["my_compressor"]))
     assert "your my_compressor failed at `" in said and "__call__" not in said and "InterpreterError" not in said, said
+
+
+def test_a_function_that_is_no_triton_function_or_has_another_signature_is_named():
+    assert "is not a Triton function: decorate it with @triton.jit" in str(assembly.check_gate_norm(lambda *a: None))
+    said = str(assembly.check_compressor(namespace()["gate_rms_norm"]))
+    assert "gate_rms_norm takes (kv0, s0" in said and "keep the signature" in said

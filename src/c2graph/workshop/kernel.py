@@ -97,9 +97,10 @@ def _reader_line(error: BaseException, reader) -> tuple[str, str] | None:
     return None
 
 
-def launch(kernel, grid, *args, reader=None, said: str = "row_sum must", **kwargs) -> None:
-    """Launch ``kernel``. A stub's ``NotImplementedError`` comes out as itself, a ``static_assert`` as
-    its message; an error raised inside Triton or torch by the reader's function ``reader`` (the
+def launch(kernel, grid, *args, reader=None, said: str | None = None, **kwargs) -> None:
+    """Launch ``kernel``. A stub's ``NotImplementedError`` comes out as itself; a harness's
+    ``static_assert`` whose message starts with ``said`` (``"row_sum must"``) as :class:`Failed` with
+    that message; an error raised inside Triton or torch by the reader's function ``reader`` (the
     kernel itself when ``None``) as :class:`Failed`, naming the reader's line."""
     try:
         kernel[grid](*args, **kwargs)
@@ -111,7 +112,8 @@ def launch(kernel, grid, *args, reader=None, said: str = "row_sum must", **kwarg
             raise NotImplementedError(*(cause.args if cause is not None else ())) from e
         # Compiled, the message quotes the harness's source too: skip its static_assert(...) lines.
         text = str(e)
-        said_line = next((line for line in text.splitlines() if said in line and "static_assert(" not in line), None)
+        said_line = said and next((line for line in text.splitlines() if said in line and "static_assert(" not in line),
+                                  None)
         if said_line:
             raise Failed(said_line[said_line.index(said):].rstrip("')\".")) from e
         reader = kernel if reader is None else reader
@@ -252,8 +254,9 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
     """Puzzle 1: ``fn`` writes each row's request slot, read from the extend offsets (-1: padding).
 
     Launched as ``fn[(cdiv(num_rows, BLOCK),)](offsets, slot, num_rows, request_slots, BLOCK=8,
-    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets sit in a buffer whose next elements hold 1000, the
-    output in one with ``BLOCK`` poisoned elements past its end. Says which row, never written
+    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets sit in a
+    buffer whose next elements hold 1000, the output in one with ``BLOCK`` poisoned elements past
+    its end. Says which row, never written
     or written wrong, and why.
     """
     def cases():
@@ -389,7 +392,8 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
         for warps in ((None,) if INTERPRET else (1, 4, 8)):
             out = _dev(torch.full((SUM_ROWS,), POISON))
             options = {} if warps is None else {"num_warps": warps}
-            launch(_row_sum_harness, (1,), _dev(x), out, ROWS=SUM_ROWS, LOG2_N=LOG2_N, ROW_SUM=fn, reader=fn, **options)
+            launch(_row_sum_harness, (1,), _dev(x), out, ROWS=SUM_ROWS, LOG2_N=LOG2_N, ROW_SUM=fn, reader=fn,
+                   said="row_sum must", **options)
             outs[warps] = out.cpu()
         got = next(iter(outs.values()))
         results = []
