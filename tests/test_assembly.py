@@ -66,14 +66,15 @@ WRONG = [
      "RMSNorm divides by it"),
     (KERNEL, ("prev = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * (2 * D), cur - 2 * D)",
               "prev = cur - 2 * D"), "but row 0 is the first row of its request, so its partner"),
-    (KERNEL, ("(req * RING + (pos - 1) % RING)", "(req * RING + pos % RING)"), "req * RING + (pos - 1) % RING ="),
+    (KERNEL, ("(req * RING + (pos - 1) % RING)", "(req * RING + pos % RING)"), "where this row itself is parked"),
     (KERNEL, ("group = live & (pos % 2 == 1)", "group = live"), "completes no group (pos"),
+    (KERNEL, ("prev = tl.where(first, ", "prev = tl.where(live, "), "but row 2 is not the first row of its request"),
     (KERNEL, ("tl.store(latent_ptr + rows[:, None] * D + kv, latent.to(tl.bfloat16), mask=m)", "pass"),
      "was never written"),
     (KERNEL, ("    park(projected_ptr, ring_ptr,", "    pass  # park(projected_ptr, ring_ptr,"),
      "what it held before the batch (never written)"),
     (KERNEL, ("offsets_ptr, offsets_ptr, request_slots, 2 * D,", "offsets_ptr, offsets_ptr, request_slots, D,"),
-     "the latents are right, but ring row"),
+     "pass 2 * D as park's D"),
 ]
 
 

@@ -210,7 +210,10 @@ def _latent_mistake(run: Run, r: int, got: torch.Tensor) -> str:
                     f"partner (pos {pos - 1}) is ring row req * RING + (pos - 1) % RING = {ring_row}")
         wrong_ring = next((k for k in range(ring.shape[0] - 1) if k != ring_row and gated_with(ring[k])), None)
         if wrong_ring is not None:
-            return (f"{said}: its partner came from ring row {wrong_ring}; the partner of pos {pos} is at "
+            req = int(run.batch.req[r])
+            own = " (req * RING + pos % RING: where this row itself is parked)" if (
+                wrong_ring == req * run.layer.cfg.ring_size + pos % run.layer.cfg.ring_size) else ""
+            return (f"{said}: its partner came from ring row {wrong_ring}{own}; the partner of pos {pos} is at "
                     f"req * RING + (pos - 1) % RING = {ring_row}")
     else:
         if any(gated_with(ring[k]) for k in range(ring.shape[0] - 1)):
@@ -237,6 +240,9 @@ def _ring_mistake(run: Run, got: torch.Tensor) -> str | None:
         rows = run.batch.row_ranges()[slot]
         said = (f"ring row {k} should hold batch row {r} (pos {int(run.batch.pos[r])}), one of the last "
                 f"{run.layer.cfg.ring_size} rows of request slot {slot} (rows {rows.start} to {rows.stop - 1})")
+        if holds.startswith("values that are no row"):
+            holds += (": the park copies whole | kv | score | rows, 2 * D values each (pass 2 * D as park's D), "
+                      "and masks its store with j < n_park")
         return f"{said}, but holds {holds}"
     return None
 
