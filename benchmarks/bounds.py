@@ -29,7 +29,7 @@ against torch before they are timed:
   programs would buy.
 - ``super<S>.<blocks>``: the sketch with the index key's product taken out of the blocks: each
   block runs pass A and pass B without it (the latent and the KV cache), then arrives on its
-  *super-block*'s counter (``S`` blocks); the last to arrive multiplies all ``S * groups`` rows'
+  *super-block*'s counter (``S`` blocks); the last to arrive multiplies all ``S * GROUPS_PER_BLOCK`` rows'
   latents by ``wk`` at once (``wk`` read once for them, ``S``-times taller tiles) and stores their
   index keys. What one read of ``wk`` for many blocks, in taller products, would buy.
 - ``fused.<blocks>`` (``fused.default``: the library's blocks): the fused kernel itself, on the
@@ -85,13 +85,13 @@ def stream_kernel(projected_ptr, latent_ptr, kv_cache_ptr, index_k_ptr, num_pair
 @triton.jit
 def sketch_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, kv_cache_ptr, index_k_ptr,
                   latent_ptr, num_pairs, eps, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
-                  GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
+                  GROUPS_PER_BLOCK: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
                   BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr,
                   PASSES: tl.constexpr):
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     lane = tl.arange(0, LANES)
-    p = tl.program_id(0).to(tl.int64) * GROUPS + lane
-    group = (lane < GROUPS) & (p < num_pairs)
+    p = tl.program_id(0).to(tl.int64) * GROUPS_PER_BLOCK + lane
+    group = (lane < GROUPS_PER_BLOCK) & (p < num_pairs)
     rows = 2 * p + 1
     cur = projected_ptr + rows * (2 * D)
     cache_slot = p + 1
@@ -135,13 +135,13 @@ def normalise(latent_ptr, norm_w_ptr, inv_freq_ptr, kv_cache_ptr, rows, group, c
 @triton.jit
 def split_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, kv_cache_ptr, index_k_ptr,
                  latent_ptr, arrivals_ptr, num_pairs, eps, D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr,
-                 GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
+                 GROUPS_PER_BLOCK: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
                  BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, SLICES: tl.constexpr):
     block = tl.program_id(0) // SLICES
     part = tl.program_id(0) % SLICES
     lane = tl.arange(0, LANES)
-    p = block.to(tl.int64) * GROUPS + lane
-    group = (lane < GROUPS) & (p < num_pairs)
+    p = block.to(tl.int64) * GROUPS_PER_BLOCK + lane
+    group = (lane < GROUPS_PER_BLOCK) & (p < num_pairs)
     rows = 2 * p + 1
     cur = projected_ptr + rows * (2 * D)
     cache_slot = p + 1
@@ -170,12 +170,12 @@ def split_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, 
 @triton.jit
 def super_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, kv_cache_ptr, index_k_ptr,
                  latent_ptr, arrivals_ptr, num_pairs, num_blocks, eps, D: tl.constexpr, I: tl.constexpr,
-                 ROPE: tl.constexpr, GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr,
+                 ROPE: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr,
                  LOG2_CHUNK: tl.constexpr, BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr,
                  GATE_HALVES: tl.constexpr, SUPER: tl.constexpr):
     # passes A and B without the product: the sketch's own
     sketch_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, kv_cache_ptr, index_k_ptr,
-                  latent_ptr, num_pairs, eps, D, I, ROPE, GROUPS, LANES, CHUNK, LOG2_CHUNK, BLOCK_K, GATE_STAGES,
+                  latent_ptr, num_pairs, eps, D, I, ROPE, GROUPS_PER_BLOCK, LANES, CHUNK, LOG2_CHUNK, BLOCK_K, GATE_STAGES,
                   GATE_HALVES, 2)
     block = tl.program_id(0)
     tl.debug_barrier()  # every thread's stores before the arrival
@@ -184,10 +184,10 @@ def super_kernel(projected_ptr, norm_w_ptr, wk_ptr, k_norm_w_ptr, inv_freq_ptr, 
     ticket = tl.atomic_add(arrivals_ptr + block // SUPER, 1)  # acq_rel: the last sees every block's latents
     if ticket % arriving == arriving - 1:
         k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
-        q = first.to(tl.int64) * GROUPS + tl.arange(0, SUPER * GROUPS)
+        q = first.to(tl.int64) * GROUPS_PER_BLOCK + tl.arange(0, SUPER * GROUPS_PER_BLOCK)
         mine = q < num_pairs
         j = tl.arange(0, I)
-        k = tl.full((SUPER * GROUPS, I), 0.0, tl.float32)
+        k = tl.full((SUPER * GROUPS_PER_BLOCK, I), 0.0, tl.float32)
         for k0 in range(0, D, BLOCK_K):
             kk = k0 + tl.arange(0, BLOCK_K)
             a = tl.load(latent_ptr + (2 * q + 1)[:, None] * D + kk[None, :], mask=mine[:, None], other=0.0,
@@ -225,18 +225,18 @@ def launch(case: Case, kind: str, spec: str, projected: torch.Tensor, out: Outpu
     for name in ("RING", "S_PAD", "RING_PAD"):
         const.pop(name)
     if kind.startswith("super"):
-        num_blocks = triton.cdiv(pairs, blocks.groups)
+        num_blocks = triton.cdiv(pairs, blocks.groups_per_block)
         return super_kernel[(num_blocks,)](
             projected, layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, out.kv_cache, out.index_k,
             out.latent, out.arrivals, pairs, num_blocks, cfg.eps, SUPER=int(kind[len("super"):]), **const)
     if kind.startswith("split"):
         slices = int(kind[len("split"):])
         const.pop("GATE_HALVES")
-        return split_kernel[(triton.cdiv(pairs, blocks.groups) * slices,)](
+        return split_kernel[(triton.cdiv(pairs, blocks.groups_per_block) * slices,)](
             projected, layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, out.kv_cache, out.index_k,
             out.latent, out.arrivals, pairs, cfg.eps, SLICES=slices, **const)
     passes = {"sketchA": 1, "sketchAB": 2, "sketch": 3}[kind]
-    return sketch_kernel[(triton.cdiv(pairs, blocks.groups),)](
+    return sketch_kernel[(triton.cdiv(pairs, blocks.groups_per_block),)](
         projected, layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, out.kv_cache, out.index_k, out.latent,
         pairs, cfg.eps, PASSES=passes, **const)
 

@@ -16,7 +16,7 @@ so the inputs come from memory, not from the L2). Then, for each variant:
    the host filled ahead of it.
 
 The torch path is timed the same way, in a CUDA graph, once per row count. A variant is
-``default`` (what ``compress_fused`` launches) or ``g<groups>.c<chunk>.k<block_k>.w<num_warps>``
+``default`` (what ``compress_fused`` launches) or ``g<groups_per_block>.c<chunk>.k<block_k>.w<num_warps>``
 with optional ``.st<num_stages>``, ``.p<programs_per_sm>`` (a persistent grid),
 ``.r<max_registers>`` and ``.a<gate_stages>`` (pass A's pipeline). Variants are compiled first, in parallel processes (``--jobs``). Prints a
 table (registers and spills as Triton reads them from each binary); writes every number to
@@ -49,7 +49,7 @@ def parse_variant(spec: str):
     """``default`` -> ``None``; ``g16.c64.k64.w4[.st2][.p2][.r128][.a3][.h1]`` -> a ``KernelBlocks``."""
     if spec == "default":
         return None
-    keys = {"g": "groups", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
+    keys = {"g": "groups_per_block", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
             "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages", "h": "gate_halves"}
     fields = {}
     for part in spec.split("."):

@@ -78,7 +78,7 @@ def test_super_blocks_count_their_arrivals_and_run_again(bounds, case, blocks):
     super-block of ``n`` blocks grows by ``n`` a launch, and the second launch's caches are right."""
     bounds_module, sweep = bounds
     pairs = case.rows // 2
-    groups = (sweep.parse_variant(blocks) or bounds_module.fused.kernel_blocks(case.cfg.D, case.rows)).groups
+    groups = (sweep.parse_variant(blocks) or bounds_module.fused.kernel_blocks(case.cfg.D, case.rows)).groups_per_block
     out = bounds_module.Outputs(case)
     for _ in range(2):
         projected = torch.randn(case.rows, 2 * case.cfg.D, device=case.device)

@@ -24,7 +24,7 @@ import c2graph as c2
 import c2graph.compressor.fused_kernel
 from c2graph.measure.compare import compare, compare_pools
 from c2graph.compressor.fused import (
-    GROUPS, SMALL_BUCKET_ROWS, KernelBlocks, check_launch, compress_fused, fused_compress_, grid_blocks, kernel_blocks,
+    SMALL_BUCKET_GROUPS_PER_BLOCK, SMALL_BUCKET_ROWS, KernelBlocks, check_launch, compress_fused, fused_compress_, grid_blocks, kernel_blocks,
     launch_fused,
 )
 from c2graph.compressor.fused_kernel import STAGES, source
@@ -143,10 +143,10 @@ BOTH_PARITIES = [(0, 1, 1), (1, 3, 3), (2, 5, 1), (3, 0, 4), (4, 7, 2)]
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_block_whose_groups_lie_in_several_requests(device):
     """A block's lanes take the batch's groups in turn, whichever requests and row parities they lie in."""
-    blocks = KernelBlocks(groups=16, chunk=16, block_k=32, num_warps=4)
+    blocks = KernelBlocks(groups_per_block=16, chunk=16, block_k=32, num_warps=4)
     batch = check_against_torch(c2.Config.tiny(), BOTH_PARITIES, extra_slots=1, padding=3, device=device,
                                 blocks=blocks)
-    program, *rest = program_plan(batch, ring_size=2, groups=16)
+    program, *rest = program_plan(batch, ring_size=2, groups_per_block=16)
     assert program["lanes"] == [0, 1, 3, 4, 6, 8, 9] + [None] * 9
     assert all(not p["groups"] for p in rest)
     small = program_plan(batch, ring_size=2, D=c2.Config.tiny().D)  # 8 groups a block, in 16-lane tiles: lanes 8.. idle
@@ -155,10 +155,10 @@ def test_a_block_whose_groups_lie_in_several_requests(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("blocks", [
-    KernelBlocks(groups=16, chunk=8, block_k=16, num_warps=4),
-    KernelBlocks(groups=32, chunk=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
-    KernelBlocks(groups=64, chunk=32, block_k=32, num_warps=8, num_stages=2),
-    KernelBlocks(groups=16, chunk=16, block_k=16, num_warps=4, gate_halves=True),
+    KernelBlocks(groups_per_block=16, chunk=8, block_k=16, num_warps=4),
+    KernelBlocks(groups_per_block=32, chunk=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
+    KernelBlocks(groups_per_block=64, chunk=32, block_k=32, num_warps=8, num_stages=2),
+    KernelBlocks(groups_per_block=16, chunk=16, block_k=16, num_warps=4, gate_halves=True),
 ], ids=["g16", "g32-persistent", "g64", "g16-halves"])
 def test_every_block_shape_computes_the_same_function(device, blocks):
     """More groups a block, narrower column sweeps, programs looping over blocks: the same function."""
@@ -313,10 +313,10 @@ def test_one_op_per_launch_and_reruns(device):
     assert compare(latent, first_latent, "latent")
 
 
-def rows_for_blocks(k: int, request_slots: int, groups: int = GROUPS) -> int:
+def rows_for_blocks(k: int, request_slots: int, groups_per_block: int = SMALL_BUCKET_GROUPS_PER_BLOCK) -> int:
     """A ``grid_rows`` whose grid has exactly ``k`` blocks."""
-    rows = 0 if k == 0 else max(1, 2 * groups * (k - 1) - request_slots)
-    assert grid_blocks(rows, request_slots, groups) == k
+    rows = 0 if k == 0 else max(1, 2 * groups_per_block * (k - 1) - request_slots)
+    assert grid_blocks(rows, request_slots, groups_per_block) == k
     return rows
 
 
@@ -329,22 +329,22 @@ def test_grid_rows_sets_the_groups_computed(device):
     cfg = layer.cfg
     latent = poisoned_latents(batch, cfg, device)
     grid_rows = 10
-    assert grid_blocks(grid_rows, batch.request_slots, GROUPS) == 1  # one block: the batch's first 8 groups
+    assert grid_blocks(grid_rows, batch.request_slots, SMALL_BUCKET_GROUPS_PER_BLOCK) == 1  # one block: the batch's first 8 groups
     fused_compress_(
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
         cfg.eps, cfg.ring_size, grid_rows,
     )
     written = ~(latent.float() == POISON).all(dim=1).cpu()
-    assert written.nonzero().flatten().tolist() == batch.group_rows()[:GROUPS]
+    assert written.nonzero().flatten().tolist() == batch.group_rows()[:SMALL_BUCKET_GROUPS_PER_BLOCK]
 
 
 def test_grid_blocks_hold_every_group_and_one_past():
     """The grid holds the most groups any batch of its rows and slots can have, and the number
     just past them (the block that parks trailing requests with no group)."""
-    for rows, slots, groups in [(16, 1, 8), (17, 4, 8), (2048, 16, 8), (16384, 16, 16), (5, 3, 16)]:
+    for rows, slots, groups_per_block in [(16, 1, 8), (17, 4, 8), (2048, 16, 8), (16384, 16, 16), (5, 3, 16)]:
         most = (rows + slots) // 2  # every request a single odd row, and the rest odd-started
-        assert grid_blocks(rows, slots, groups) * groups > most
+        assert grid_blocks(rows, slots, groups_per_block) * groups_per_block > most
     assert grid_blocks(0, 4, 8) == 0
 
 
@@ -353,7 +353,7 @@ def test_program_plan_matches_the_batch():
     requests = [(0, 3, 6), (2, 0, 15), (4, 9, 12)]
     batch = c2.ExtendBatch.build(requests, alloc, request_slots=5, pad_to=40, device="cpu")
     plan = program_plan(batch, ring_size=2, D=layer.cfg.D)
-    assert len(plan) == grid_blocks(40, 5, GROUPS) == 3
+    assert len(plan) == grid_blocks(40, 5, SMALL_BUCKET_GROUPS_PER_BLOCK) == 3
     assert sum((p["groups"] for p in plan), []) == batch.group_rows()
     assert sum((p["from_ring"] for p in plan), []) == batch.ring_partner_rows()
     parks = {k: v for p in plan for k, v in p["parks"].items()}
@@ -374,7 +374,7 @@ def test_program_plan_matches_the_batch():
     assert plan[1]["parks"] == {9: 31, 8: 32}
     assert plan[2]["parks"] == {} and plan[2]["groups"] == [31]
     assert [p["parked_slots"] for p in plan] == [[0, 1], [2], []]
-    wide = program_plan(batch, ring_size=2, groups=16)  # blocks of 16 pairs
+    wide = program_plan(batch, ring_size=2, groups_per_block=16)  # blocks of 16 groups
     assert [r for p in wide for r in p["lanes"] if r is not None] == batch.group_rows() and len(wide) == 2
 
 

@@ -218,12 +218,12 @@ def row_sum_wrong_axis(x, LOG2_N: tl.constexpr):
 
 @triton.jit
 def park(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-         D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+         D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     s = tl.arange(0, S_PAD)
     first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -238,7 +238,7 @@ def park(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request
 
 @triton.jit
 def park_every_request(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                       D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                       D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(0, request_slots):  # every program parks every request
         start = tl.load(offsets_ptr + r)
@@ -253,12 +253,12 @@ def park_every_request(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pai
 
 @triton.jit
 def park_without_min(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                     D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                     D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     s = tl.arange(0, S_PAD)
     first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -272,12 +272,12 @@ def park_without_min(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_
 
 @triton.jit
 def park_first_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                    D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                    D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     s = tl.arange(0, S_PAD)
     first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -291,11 +291,11 @@ def park_first_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_p
 
 @triton.jit
 def park_unmasked_first_pairs(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                              D: tl.constexpr, RING: tl.constexpr, GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                              D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     b = tl.program_id(0)
     first_pair = tl.load(first_pair_ptr + tl.arange(0, S_PAD))  # reads S_PAD - request_slots values past the table
-    lo = tl.sum((first_pair < b * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j, cols = tl.arange(0, RING), tl.arange(0, D)
     for r in range(lo, hi):
         start = tl.load(offsets_ptr + r)
@@ -306,6 +306,63 @@ def park_unmasked_first_pairs(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, fi
         dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
         rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
         tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_at_partner_row(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                        D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        pos = tl.load(pos_ptr + src, mask=ok, other=0)
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + (pos - 1) % RING  # the partner's place
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+
+
+@triton.jit
+def park_store_unmasked(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
+                        D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
+    b = tl.program_id(0)
+    s = tl.arange(0, S_PAD)
+    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
+    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    j, cols = tl.arange(0, RING), tl.arange(0, D)
+    for r in range(lo, hi):
+        start = tl.load(offsets_ptr + r)
+        count = tl.load(offsets_ptr + request_slots + r)
+        n_park = tl.minimum(count, RING)
+        src = start + count - n_park + j
+        ok = j < n_park
+        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
+        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
+        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows)  # no j < n_park on the store
+
+
+@triton.jit
+def row_sum_wrong_reshape(x, LOG2_N: tl.constexpr):
+    for _ in tl.static_range(LOG2_N):  # the reshape asks for twice the elements
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1], 2)))
+        x = even + odd
+    return tl.reshape(x, (x.shape[0],))
+
+
+@triton.jit
+def row_sum_python_range(x, LOG2_N: tl.constexpr):
+    for _ in range(LOG2_N):  # passes in the interpreter; compiled, x may not change shape in the loop
+        even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1] // 2, 2)))
+        x = even + odd
+    return tl.reshape(x, (x.shape[0],))
 
 
 SOLUTIONS = [(wk.check_row_slots, row_slots), (wk.check_partners, gather_partners), (wk.check_row_sum, row_sum),
@@ -330,6 +387,11 @@ WRONG = [
     (wk.check_park, park_without_min, "n_park = min(count, RING)"),
     (wk.check_park, park_first_rows, "is not one of its last"),
     (wk.check_park, park_unmasked_first_pairs, "parked by one program only"),
+    (wk.check_park, park_at_partner_row, "(pos - 1) % RING is where a row's partner is read from"),
+    (wk.check_park, park_store_unmasked, "mask the store with j < n_park"),
+    (wk.check_row_sum, row_sum_wrong_reshape, "at `even, odd = tl.split(tl.reshape(x, (x.shape[0], x.shape[1], 2)))`: "
+                                              "tl.reshape must keep the number of elements"),
+    (wk.check_row_sum, row_sum_python_range, "Loop with tl.static_range"),
 ]
 
 
@@ -363,28 +425,33 @@ def notebook_exercises() -> list[tuple[str, str]]:
     return [(nb.cells[e.solution].source, nb.cells[e.check].source) for e in find_exercises(nb, NOTEBOOK.name)]
 
 
-def run_cell(source: str) -> dict:
-    """Run a solution cell as the notebook does, its source kept where @triton.jit reads it back."""
+def run_cells(*sources: str) -> dict:
+    """Run solution cells in order, in one namespace, as the notebook does (the assembly calls the
+    puzzles' functions), each source kept where @triton.jit reads it back."""
     ns: dict = {}
-    exec("import triton\nimport triton.language as tl\nfrom c2graph.workshop.kernel import *", ns)
-    name = f"<notebook-02-cell-{len(linecache.cache)}>"
-    linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
-    exec(compile(source, name, "exec"), ns)
+    exec("import triton\nimport triton.language as tl\nfrom c2graph.workshop.kernel import *\n"
+         "from c2graph.workshop.assembly import *", ns)
+    for source in sources:
+        name = f"<notebook-02-cell-{len(linecache.cache)}>"
+        linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+        exec(compile(source, name, "exec"), ns)
     return ns
 
 
-def test_the_notebook_has_the_four_puzzles_in_order():
+def test_the_notebook_has_the_four_puzzles_then_the_assembly_in_order():
     checks = [check for _, check in notebook_exercises()]
     assert checks == ["check_row_slots(row_slots)", "check_partners(gather_partners)", "check_row_sum(row_sum)",
-                      "check_park(park)"]
+                      "check_park(park)", "check_gate_norm(gate_rms_norm)", "check_compressor(my_compressor)"]
 
 
-@pytest.mark.parametrize("index", range(4))
+@pytest.mark.parametrize("index", range(6))
 def test_the_notebooks_solution_passes_and_its_student_stub_says_what_to_do(index):
-    solution, check = notebook_exercises()[index]
-    result = eval(check, run_cell(solution))
+    exercises = notebook_exercises()
+    before = [solution for solution, _ in exercises[:index]]
+    solution, check = exercises[index]
+    result = eval(check, run_cells(*before, solution))
     assert result.ok, str(result)
-    stub = eval(check, run_cell(stub_source(solution)))
+    stub = eval(check, run_cells(*before, stub_source(solution)))
     assert not stub.ok and "not written yet" in str(stub) and "still raises NotImplementedError" in str(stub), str(stub)
 
 
@@ -401,7 +468,7 @@ def test_a_function_that_is_no_triton_function_or_has_another_signature_is_named
 @pytest.mark.parametrize("draw", [
     lambda p: puzzles.draw_rows_puzzle(p, program=2, block=8, s_pad=8),
     lambda p: puzzles.draw_partners_puzzle(p, program=0, block=8),
-    lambda p: puzzles.draw_park_puzzle(p, program=1, groups=4),
+    lambda p: puzzles.draw_park_puzzle(p, program=1, groups_per_block=4),
     lambda p: puzzles.draw_row_sum_puzzle(8),
 ], ids=["rows", "partners", "park", "row_sum"])
 def test_the_pictures_keep_the_house_style(draw):
@@ -417,3 +484,45 @@ def test_the_park_picture_marks_what_the_program_parks():
     mine = p.parked_by(0, 4)
     assert mine == {0}  # request slot 0's first pair is pair 0; request slot 1's is pair 4, program 1's
     assert {int(p.slots()[r]) for r in p.parked().values()} == set(range(4))
+
+
+# --- the same verdict on every run; Triton says nothing about the check's own inputs ------------------
+
+
+@pytest.mark.parametrize("check, answer", [(c, f) for c, f in SOLUTIONS] + [(c, f) for c, f, _ in WRONG],
+                         ids=[f.fn.__name__ for _, f in SOLUTIONS] + [f.fn.__name__ for _, f, _ in WRONG])
+def test_a_check_gives_the_same_verdict_every_run(check, answer):
+    verdicts = {str(check(answer)) for _ in range(3)}
+    assert len(verdicts) == 1, verdicts
+
+
+def test_the_partner_check_hands_first_and_group_as_booleans():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert wk.check_partners(gather_partners).ok
+    assert not [w for w in caught if "non-boolean" in str(w.message)], [str(w.message) for w in caught]
+
+
+def test_the_checks_run_the_hand_made_edge_cases_before_the_random_batch():
+    batches = [p.batch for p in puzzles.puzzles(0)]
+    assert "random" in puzzles.puzzles(0)[-1].what and all("random" not in p.what for p in puzzles.puzzles(0)[:-1])
+    live = [b.plan(puzzles.RING) for b in batches[:-1]]
+    assert any(sum(len(r) for r in b.row_ranges()) < puzzles.RING for b in batches)  # fewer rows than the ring
+    assert any(0 in [r.extend_len for r in b.requests] for b in batches)  # a zero-length request
+    assert any(len(b.requests) == b.request_slots for b in batches)  # every slot full
+    assert any(b.row_ranges()[len(b.requests) - 1].stop == b.num_rows for b in batches)  # ends at the bucket's end
+    assert live and [p.what for p in puzzles.puzzles(0)] == [p.what for p in puzzles.puzzles(0)]
+
+
+def test_the_gpu_words_picture_keeps_the_house_style():
+    from c2graph.pictures.draw_fused import draw_gpu_words
+
+    fig = draw_gpu_words()
+    assert fig.get_figwidth() <= MAX_WIDTH
+    fig.canvas.draw()
+    words = " ".join(t.get_text() for t in fig.findobj(Text))
+    for word in ("SM 0", "tensor cores", "HBM", "lane 0", "warp", "8 groups per block"):
+        assert word in words, word
+    assert min(t.get_fontsize() for t in fig.findobj(Text) if t.get_text()) >= MIN_FONT

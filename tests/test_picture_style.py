@@ -127,8 +127,8 @@ def test_cost_pictures_say_what_is_measured_and_what_is_computed():
     fig = draw_launch_counts({"torch path": 144, "fused": 1}, {"torch path": 1499.3}, 41.3,
                              source="NVIDIA H200, torch 2.11, 2025-06-01")
     launches, moved = fig.axes
-    assert launches.get_xlabel() == "kernel launches (measured)"
-    assert [t.get_text() for t in moved.get_yticklabels()] == ["torch path: measured", MINIMUM_LABEL]
+    assert launches.get_xlabel() == "kernel launches (counted)"
+    assert [t.get_text() for t in moved.get_yticklabels()] == ["torch path: summed over its ops", MINIMUM_LABEL]
     assert MINIMUM_LABEL == "minimum bytes (computed)"
     assert [p.get_hatch() for p in moved.patches] == [None, "//"]
-    assert "measured: NVIDIA H200, torch 2.11, 2025-06-01" in fig.get_suptitle()
+    assert "counted on: NVIDIA H200, torch 2.11, 2025-06-01" in fig.get_suptitle()

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from support import POISON, make_case, untouched_slots_keep_poison
 
 import c2graph as c2
-from c2graph.compressor.fused import GROUPS, grid_blocks
+from c2graph.compressor.fused import SMALL_BUCKET_GROUPS_PER_BLOCK, grid_blocks
 from c2graph.compressor.model import layer_pools, model_preset, served_layers
 from c2graph.graphs.broken_offsets import VARIANTS, BrokenOffsetsRunner
 from c2graph.measure.compare import compare, compare_pools
@@ -322,11 +322,11 @@ def test_frozen_offsets_pair_across_requests_and_park_nothing(variant):
 
 def test_a_grid_sized_from_the_capture_batch_never_computes_later_groups():
     batches, pools, ref = _broken_case("grid_from_batch", capture_rows=9)
-    blocks = grid_blocks(9, 4, GROUPS)  # the frozen grid: one block of 8 pairs of rows
+    blocks = grid_blocks(9, 4, SMALL_BUCKET_GROUPS_PER_BLOCK)  # the frozen grid: one block of 8 groups
     missed = set()
     for batch in batches:  # 9 and 10 pairs: each batch's last group row lies past the grid
         raw = batch.raw_out_loc.cpu()
-        plan = c2.program_plan(batch, 2, groups=GROUPS)
+        plan = c2.program_plan(batch, 2, groups_per_block=SMALL_BUCKET_GROUPS_PER_BLOCK)
         missed |= {int(raw[row]) // 2 for p in plan[blocks:] for row in p["groups"]}
     assert blocks == 1 and len(missed) == 2 and _wrong_slots(pools, ref) == missed
     assert (pools.kv_cache[sorted(missed)].float() == POISON).all(), "never written: still the poison"

@@ -71,7 +71,7 @@ def test_blocks_are_named_as_the_sweep_spells_its_variants():
     from c2graph.compressor.fused import KernelBlocks, kernel_blocks
 
     for blocks in (kernel_blocks(32, 16), kernel_blocks(512, 2048), kernel_blocks(512, 65536),
-                   KernelBlocks(groups=32, chunk=16, block_k=32, num_warps=8, programs_per_sm=2, max_registers=96)):
+                   KernelBlocks(groups_per_block=32, chunk=16, block_k=32, num_warps=8, programs_per_sm=2, max_registers=96)):
         assert parse_variant(blocks.name) == blocks
 
 

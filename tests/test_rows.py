@@ -154,10 +154,10 @@ def test_program_plan_takes_the_kernels_blocks_for_the_layers_width():
     wide = c2.Config.dsv41()
     batch = c2.ExtendBatch.build([(0, 1, 4200), (1, 0, 9)], c2.ReqToTokenPool(wide, 2, 4608), pad_to=4224,
                                  device="cpu")
-    assert kernel_blocks(wide.D, 4224).groups == 16 != kernel_blocks(CFG.D, 4224).groups
+    assert kernel_blocks(wide.D, 4224).groups_per_block == 16 != kernel_blocks(CFG.D, 4224).groups_per_block
     plan = c2.program_plan(batch, wide.ring_size, D=wide.D)
     assert len(plan) == grid_blocks(4224, 2, 16) and len(plan[0]["lanes"]) == 16
     assert [r for p in plan for r in p["groups"]] == batch.group_rows()
-    assert c2.program_plan(batch, wide.ring_size, groups=16) == plan
+    assert c2.program_plan(batch, wide.ring_size, groups_per_block=16) == plan
     with pytest.raises(ValueError, match="program_plan needs D"):
         c2.program_plan(batch, wide.ring_size)

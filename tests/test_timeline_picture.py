@@ -85,7 +85,7 @@ def test_write_timeline_measures_every_program(tmp_path):
     data_file, picture = write_timeline(tmp_path / "2026-01-02-a-gpu.json", rows=(256,))
     data = json.loads(data_file.read_text())
     programs = data["timelines"]["256"]["stamps_us"]
-    assert len(programs) == grid_blocks(256, REQUESTS[1], kernel_blocks(512, 256).groups)
+    assert len(programs) == grid_blocks(256, REQUESTS[1], kernel_blocks(512, 256).groups_per_block)
     for p in programs:
         assert len(p) == len(STEPS) + 1 and all(a <= b for a, b in zip(p, p[1:]))
     assert min(p[0] for p in programs) == 0.0 and picture.stat().st_size > 0

@@ -14,7 +14,7 @@ from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  
 from .compressor.batch import ExtendBatch, Request
 from .compressor.config import Config
 from .compressor.extend_offsets import build_extend_offsets, check_extend_offsets
-from .compressor.fused import GROUPS, compress_fused, fused_compress_
+from .compressor.fused import compress_fused, fused_compress_
 from .compressor.programs import program_plan
 from .compressor.rows import BatchPlan, Partner, RowPlan, plan_rows
 from .measure.traffic import minimum_bytes
@@ -49,7 +49,6 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "GROUPS",
     "BatchPlan",
     "Partner",
     "RowPlan",

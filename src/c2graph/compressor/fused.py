@@ -44,9 +44,8 @@ from .source_layer import SourceLayer
 class KernelBlocks:
     """How the kernel cuts its work: compile-time sizes and launch options, never the batch's.
 
-    - ``groups``: pairs of rows per block (one program each, unless persistent), so at most that
-      many groups; each pair takes a *lane* of the block's tiles, which have at least 16 lanes
-      (``tl.dot``'s smallest tile)
+    - ``groups_per_block``: groups per block (one program each, unless persistent); each group
+      takes a *lane* of the block's tiles, which have at least 16 lanes (``tl.dot``'s smallest tile)
     - ``chunk``: columns per step of the gate's sweep (pass A; at most ``D``)
     - ``block_k``: latent columns per step of the normalising sweep and the index-key product
       (pass B; at most ``D``)
@@ -62,7 +61,7 @@ class KernelBlocks:
       each thread's copy from memory stays 16 contiguous bytes where a block's warps are few
     """
 
-    groups: int
+    groups_per_block: int
     chunk: int
     block_k: int
     num_warps: int
@@ -74,36 +73,36 @@ class KernelBlocks:
 
     @property
     def lanes(self) -> int:
-        return block_lanes(self.groups)
+        return block_lanes(self.groups_per_block)
 
     @property
     def name(self) -> str:
         """The blocks spelled as ``benchmarks/NOTES.md`` spells its variants:
-        ``g<groups>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>[.h1]``."""
+        ``g<groups_per_block>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>[.h1]``."""
         extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
                         if value is not None)
-        return (f"g{self.groups}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
+        return (f"g{self.groups_per_block}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
                 f".a{self.gate_stages}{'.h1' if self.gate_halves else ''}")
 
 
-def block_lanes(groups: int) -> int:
-    """Lanes of a block's tiles, one pair of rows each: ``groups``, or 16 (``tl.dot``'s smallest
+def block_lanes(groups_per_block: int) -> int:
+    """Lanes of a block's tiles, one group each: ``groups_per_block``, or 16 (``tl.dot``'s smallest
     tile) if fewer."""
-    return max(16, groups)
+    return max(16, groups_per_block)
 
 
-SMALL_BLOCKS = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=4)
+SMALL_BLOCKS = KernelBlocks(groups_per_block=8, chunk=64, block_k=64, num_warps=4)
 """Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
 
-WIDE_SMALL_BUCKET = KernelBlocks(groups=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=4)
+WIDE_SMALL_BUCKET = KernelBlocks(groups_per_block=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=4)
 """Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows: the
-most programs (8 pairs in 16-lane tiles), about one an SM, so a replay takes one program's chain
+most programs (8 groups in 16-lane tiles), about one an SM, so a replay takes one program's chain
 of memory round trips: 8 warps share each step, and the loads of pass A run three chunks ahead of
 its math, those of pass B's product two steps ahead (measured on an H200: ``benchmarks/NOTES.md``)."""
 
-WIDE_LARGE_BUCKET = KernelBlocks(groups=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3,
+WIDE_LARGE_BUCKET = KernelBlocks(groups_per_block=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3,
                                 gate_halves=True)
-"""Layers with ``D >= 256`` in larger buckets: 16 pairs a block, every lane busy, 4 warps, so that
+"""Layers with ``D >= 256`` in larger buckets: 16 groups a block, every lane busy, 4 warps, so that
 four programs fit on an SM and hide each other's loads. Pass A gates each chunk in two half-width
 tiles: a ``[16, 64]`` fp32 tile over 4 warps gives a thread 32 contiguous bytes, copied in two
 16-byte pieces that each fetch half of every sector the warp touches, so every sector came from
@@ -114,20 +113,21 @@ of its results, is the same in every bucket."""
 
 SMALL_BUCKET_ROWS = 4096
 
-GROUPS = SMALL_BLOCKS.groups
-"""Pairs of rows per block (one program each) for the ``tiny`` preset; :func:`kernel_blocks` gives any layer's."""
+SMALL_BUCKET_GROUPS_PER_BLOCK = SMALL_BLOCKS.groups_per_block
+"""Groups per block in small buckets: every ``tiny`` layer's, and ``dsv41``'s in buckets of at most
+:data:`SMALL_BUCKET_ROWS` rows (larger ones use 16); :func:`kernel_blocks` gives any layer's."""
 
 
-def grid_blocks(grid_rows: int, request_slots: int, groups: int) -> int:
-    """Blocks of ``groups`` pairs of rows a grid over ``grid_rows`` rows has: enough for every pair
-    of any batch of those rows and request slots, and for the pair number just past the last (the
-    block that parks trailing requests with no rows).
+def grid_blocks(grid_rows: int, request_slots: int, groups_per_block: int) -> int:
+    """Blocks of ``groups_per_block`` groups a grid over ``grid_rows`` rows has: enough for every
+    group of any batch of those rows and request slots, and for the group number just past the last
+    (the block that parks trailing requests with no rows).
 
-    A request of ``n`` rows has ``(n + 1) // 2`` pairs, so a batch has at most
-    ``(grid_rows + request_slots) // 2``. A static size: the grid never depends on the batch's
-    requests.
+    The kernel numbers a request's groups by its rows 0 and 1, 2 and 3, ..., so a request of ``n``
+    rows has at most ``(n + 1) // 2`` groups, and a batch at most ``(grid_rows + request_slots) // 2``.
+    A static size: the grid never depends on the batch's requests.
     """
-    return (grid_rows + request_slots) // (2 * groups) + 1 if grid_rows > 0 else 0
+    return (grid_rows + request_slots) // (2 * groups_per_block) + 1 if grid_rows > 0 else 0
 
 
 def kernel_blocks(D: int, rows: int) -> KernelBlocks:
@@ -223,7 +223,7 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
     options = {} if blocks.max_registers is None else {"maxnreg": blocks.max_registers}
     return dict(
         D=D, I=index_dim, ROPE=rope_dim, RING=ring_size,
-        GROUPS=blocks.groups, LANES=lanes,
+        GROUPS_PER_BLOCK=blocks.groups_per_block, LANES=lanes,
         CHUNK=min(blocks.chunk, D), LOG2_CHUNK=min(blocks.chunk, D).bit_length() - 1,
         BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages, GATE_HALVES=blocks.gate_halves,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
@@ -240,7 +240,7 @@ def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
     D, index_dim, rope_dim = norm_w.shape[0], wk.shape[0], 2 * inv_freq.shape[0]
     request_slots = extend_offsets.shape[1]
     blocks = blocks or kernel_blocks(D, grid_rows)
-    num_blocks = grid_blocks(grid_rows, request_slots, blocks.groups)  # from sizes, never from the requests
+    num_blocks = grid_blocks(grid_rows, request_slots, blocks.groups_per_block)  # from sizes, never from the requests
     if num_blocks == 0:
         return None
     compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
@@ -282,7 +282,7 @@ def fused_compress_(
       ``inv_freq``: ``[rope_dim // 2]`` fp32
     - ``kv_cache``: ``[kv_slots, D]`` bf16 and ``index_k``: ``[kv_slots, index_dim]`` bf16, written
       at the c2 slot of each group row; ``latent_out``: ``[T, D]`` bf16, written on group rows only
-    - ``grid_rows``: the rows the grid is sized for (:func:`grid_blocks`: blocks of :func:`kernel_blocks`'s ``groups`` pairs)
+    - ``grid_rows``: the rows the grid is sized for (:func:`grid_blocks`: blocks of :func:`kernel_blocks`'s ``groups_per_block`` groups)
       (normally ``T``); groups in blocks past it are not computed
 
     Whatever the values of the offsets, ``pos``, ``req`` and ``raw_out_loc``, the kernel writes

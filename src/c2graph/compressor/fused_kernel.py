@@ -7,15 +7,16 @@ replaces (:mod:`c2graph.compressor.torch_path`); :func:`fused_compress_kernel`, 
 program that runs them. Compiled, they are all inlined into it: one launch.
 
 How the work is shared out. Only a group row (odd ``pos``) stores anything, so the kernel gives a
-lane to each *pair* of rows, not to each row: a request's rows 0 and 1, 2 and 3, and so on. Two
-consecutive positions hold exactly one odd one, so a pair completes at most one group (exactly
-one, but for a request's last row left alone at an even position). The batch's pairs are numbered
-in row order, and the grid covers them in *blocks* of ``GROUPS``, one program a block (a
-persistent launch gives a program several, in turn): lane ``t`` of block ``b`` takes pair
-``b * GROUPS + t``, found from the extend offsets alone, and computes the pair's row at an odd
-position. So every lane of a full block is busy, whichever requests and row parities its pairs
-lie in. The tiles have ``LANES`` rows, at least 16 (``tl.dot``'s smallest tile): a block of 8
-pairs leaves half of them idle.
+lane to each *group*, not to each row, and finds a request's groups from its rows alone: its
+*pairs* of rows 0 and 1, 2 and 3, and so on. Two consecutive positions hold exactly one odd one,
+so a pair holds at most one group row (exactly one, but for a request's last row left alone at an
+even position). The batch's groups are numbered pair by pair in row order, and the grid covers
+them in *blocks* of ``GROUPS_PER_BLOCK``, one program a block (a persistent launch gives a
+program several, in turn): lane ``t`` of block ``b`` takes group ``b * GROUPS_PER_BLOCK + t``,
+found from the extend offsets alone, and computes its row at an odd position. So every lane of a
+full block is busy, whichever requests and row parities its groups lie in. The tiles have
+``LANES`` rows, at least 16 (``tl.dot``'s smallest tile): a block of 8 groups leaves half of them
+idle.
 
 A block makes two sweeps over the columns of its lanes' groups, with a barrier between them:
 
@@ -72,7 +73,7 @@ def fused_compress_kernel(
     latent_ptr,  # [T, D] bf16: the pre-RoPE latents
     num_rows, request_slots, num_blocks, kv_slots, ring_rows, eps,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
-    GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
+    GROUPS_PER_BLOCK: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr, S_PAD: tl.constexpr,
     RING_PAD: tl.constexpr,
 ):
@@ -84,9 +85,9 @@ def fused_compress_kernel(
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
-                                                   raw_ptr, num_rows, LANES, GROUPS)
+                                                   raw_ptr, num_rows, LANES, GROUPS_PER_BLOCK)
         group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
-        if tl.max(group.to(tl.int32), axis=0) != 0:  # a block past the batch's last pair skips the passes
+        if tl.max(group.to(tl.int32), axis=0) != 0:  # a block past the batch's last group skips the passes
             cur, prev = partners(projected_ptr, ring_ptr, rows, pos, req, from_ring, D, RING)
             cache_slot = raw // 2  # the group's c2 slot
             group_pos = (pos - 1).to(tl.float32)
@@ -100,7 +101,7 @@ def fused_compress_kernel(
                                      cache_slot, group_pos, inv_rms, D, I, ROPE, BLOCK_K)
             index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
-                     num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
+                     num_rows, ring_rows, D, RING, RING_PAD, GROUPS_PER_BLOCK, S_PAD)
 
 
 # --------------------------------------------------------------------------------------------

@@ -71,20 +71,20 @@ def first_rows(k, take_first):
 
 @triton.jit
 def lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr, num_rows,
-              LANES: tl.constexpr, GROUPS: tl.constexpr):
+              LANES: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr):
     """Every fact about the row each lane computes, found once: the row, its ``pos``, ``req`` and
     ``raw_out_loc`` (``[LANES]`` int64 each) and whether it is its request's first row (``[LANES]``
     bool), from the pair table (:func:`pair_table`).
 
-    Lane ``t`` of block ``b`` takes the batch's pair number ``b * GROUPS + t``, found in the request
-    whose pairs hold it, and computes the pair's row at an odd ``pos``. ``pos``, ``req`` and
-    ``raw_out_loc`` are loaded for both rows at once (one trip to memory). A lane past
-    ``GROUPS`` (``tl.dot`` needs 16 lanes) or past the batch's last pair gets ``num_rows``: past
-    the buffer, so it loads and stores nothing; so does a lane whose pair has no odd position (a
-    request's last row, alone and at an even position).
+    Lane ``t`` of block ``b`` takes the batch's group number ``b * GROUPS_PER_BLOCK + t``: a pair
+    of rows of the request whose pairs hold it, and computes the pair's row at an odd ``pos``.
+    ``pos``, ``req`` and ``raw_out_loc`` are loaded for both rows at once (one trip to memory). A
+    lane past ``GROUPS_PER_BLOCK`` (``tl.dot`` needs 16 lanes) or past the batch's last group gets
+    ``num_rows``: past the buffer, so it loads and stores nothing; so does a lane whose pair has no
+    odd position (a request's last row, alone and at an even position).
     """
     lane = tl.arange(0, LANES)
-    p = block * GROUPS + lane.to(tl.int64)
+    p = block * GROUPS_PER_BLOCK + lane.to(tl.int64)
     # [S_PAD, LANES]: each lane's pair number inside each request (the request slots down the
     # tile: summed over axis 0, the lanes' rows come out in the layout the lanes' tiles use).
     k = p[None, :] - first_pair[:, None]
@@ -92,7 +92,7 @@ def lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr,
     k = tl.sum(tl.where(mine, k, 0), axis=0)  # the lane's pair number inside its request
     first = tl.sum(tl.where(mine, starts[:, None], 0), axis=0) + 2 * k  # the pair's first row
     end = tl.sum(tl.where(mine, ends[:, None], 0), axis=0)  # one past its request's last row
-    a = live_rows(mine) & (lane < GROUPS) & (first >= 0) & (first < num_rows)
+    a = live_rows(mine) & (lane < GROUPS_PER_BLOCK) & (first >= 0) & (first < num_rows)
     b = a & (first + 1 < end) & (first + 1 < num_rows)
     # Both rows' metadata, in one trip: under offsets that are right, the second row's pos is the
     # first's plus one and its req the same, but a graph replaying frozen offsets can put a pair
@@ -136,7 +136,7 @@ def group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RI
 @triton.jit
 def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
                  num_rows, ring_rows, D: tl.constexpr, RING: tl.constexpr, RING_PAD: tl.constexpr,
-                 GROUPS: tl.constexpr, S_PAD: tl.constexpr):
+                 GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
     """Park each request's last ``min(count, RING)`` rows at ring row ``req * RING + pos % RING``.
 
     A block parks the requests whose first pair is one of its lanes' (a request with no rows: the
@@ -147,8 +147,8 @@ def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, end
     the pair table already in registers (no trip to memory before its rows are loaded). A ring
     row outside the ring's request rows (``ring_rows - 1``) is not written.
     """
-    lo = tl.sum((first_pair < block * GROUPS).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (block + 1) * GROUPS).to(tl.int32), axis=0)
+    lo = tl.sum((first_pair < block * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
+    hi = tl.sum((first_pair < (block + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
     j = tl.arange(0, RING_PAD)
     both = tl.arange(0, 2 * D)  # | kv | score |
     slots = tl.arange(0, S_PAD)

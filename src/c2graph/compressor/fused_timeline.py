@@ -40,7 +40,7 @@ def timed_kernel(
     inv_freq_ptr, kv_cache_ptr, index_k_ptr, latent_ptr, num_rows, request_slots, num_blocks, kv_slots,
     ring_rows, eps, ts_ptr,
     D: tl.constexpr, I: tl.constexpr, ROPE: tl.constexpr, RING: tl.constexpr,
-    GROUPS: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
+    GROUPS_PER_BLOCK: tl.constexpr, LANES: tl.constexpr, CHUNK: tl.constexpr, LOG2_CHUNK: tl.constexpr,
     BLOCK_K: tl.constexpr, GATE_STAGES: tl.constexpr, GATE_HALVES: tl.constexpr, S_PAD: tl.constexpr,
     RING_PAD: tl.constexpr,
 ):
@@ -52,7 +52,7 @@ def timed_kernel(
     k_norm, key_freq = index_key_weights(k_norm_w_ptr, inv_freq_ptr, I, ROPE)
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
-                                                   raw_ptr, num_rows, LANES, GROUPS)
+                                                   raw_ptr, num_rows, LANES, GROUPS_PER_BLOCK)
         group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
         for i in range(1, 5):  # a block with no group skips its passes: they take no time
             tl.store(t + i, stamp(tl.sum(group.to(tl.int32))))
@@ -72,7 +72,7 @@ def timed_kernel(
             index_key_to_cache(k, group, cache_slot, group_pos, k_norm, key_freq, index_k_ptr, eps, I)
             tl.store(t + 4, stamp(pid))
         park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, ends, first_pair, block,
-                     num_rows, ring_rows, D, RING, RING_PAD, GROUPS, S_PAD)
+                     num_rows, ring_rows, D, RING, RING_PAD, GROUPS_PER_BLOCK, S_PAD)
     tl.store(t + 5, stamp(pid))
 
 
@@ -85,7 +85,7 @@ def program_stamps(layer, projected: torch.Tensor, batch, pools, latent: torch.T
     cfg, slots = layer.cfg, batch.extend_offsets.shape[1]
     blocks = blocks or fused.kernel_blocks(cfg.D, batch.num_rows)
     const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, slots, blocks)
-    programs = fused.grid_blocks(batch.num_rows, slots, blocks.groups)
+    programs = fused.grid_blocks(batch.num_rows, slots, blocks.groups_per_block)
     ts = torch.zeros(programs, 6, dtype=torch.int64, device=projected.device)
     torch.cuda._sleep(20_000_000)
     timed_kernel[(programs,)](

@@ -89,7 +89,7 @@ def make_case(cfg: Config, rows: int, device: torch.device, *, cache_bytes: int,
     allocator = ReqToTokenPool(cfg, REQUESTS[1], longest, seed=seed)
     batch = ExtendBatch.build(requests, allocator, request_slots=REQUESTS[1], pad_to=rows, device=device)
     # Each program of the fused kernel that has groups reads the weights: ask the kernel's own plan how many.
-    plan = program_plan(batch, cfg.ring_size, groups=kernel_blocks(cfg.D, batch.num_rows).groups)
+    plan = program_plan(batch, cfg.ring_size, groups_per_block=kernel_blocks(cfg.D, batch.num_rows).groups_per_block)
     programs = sum(bool(p["groups"]) for p in plan)
     floor_bytes = sum(minimum_bytes(cfg, batch).values())
     per_program = sum(minimum_bytes(cfg, batch, programs=programs).values())

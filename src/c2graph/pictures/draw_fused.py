@@ -1,4 +1,4 @@
-"""Pictures for notebook 02 (the fused kernel): the extend offsets, the programs, measured costs.
+"""Pictures for notebook 02 (the fused kernel): the extend offsets, the programs, the GPU's words, costs.
 
 Every function takes plain objects (a batch, numbers) and returns a :class:`matplotlib.figure.Figure`
 made without pyplot, so nothing is shown twice and nothing stays in pyplot's state: Jupyter shows
@@ -17,7 +17,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ..compressor.batch import ExtendBatch
-from ..compressor.fused import GROUPS
+from ..compressor.fused import SMALL_BUCKET_GROUPS_PER_BLOCK
 from ..compressor.programs import program_plan
 from ..compressor.rows import Partner, plan_rows
 from .style import (
@@ -118,7 +118,7 @@ def draw_extend_offsets(batch: ExtendBatch, title: str | None = None) -> Figure:
 
 
 def draw_programs(
-    batch: ExtendBatch, ring_size: int, groups: int = GROUPS, title: str | None = None
+    batch: ExtendBatch, ring_size: int, groups_per_block: int = SMALL_BUCKET_GROUPS_PER_BLOCK, title: str | None = None
 ) -> Figure:
     """Which program handles which rows, and where each group row's partner comes from.
 
@@ -126,8 +126,8 @@ def draw_programs(
     black edge. A grey arc joins a group row to its partner in the previous row; a solid arrow
     brings the partner from the ring (the first row of a request that starts at an odd
     position). Dashed arrows park each request's last rows in the ring, written by the program
-    that owns the request's first pair of rows. Shaded bands are the programs, ``groups`` pairs of
-    rows each: the rows its lanes read, its first group's partner to its last group row.
+    that owns the request's first group. Shaded bands are the programs, ``groups_per_block``
+    groups each: the rows its lanes read, its first group's partner to its last group row.
     """
     plan = plan_rows(batch, ring_size)
     T = batch.num_rows
@@ -135,7 +135,7 @@ def draw_programs(
     ax = fig.subplots()
     lo_x, hi_x = -4.5, T + 0.5
     ppu = _points_per_unit(fig, lo_x, hi_x)
-    programs = program_plan(batch, ring_size, groups)
+    programs = program_plan(batch, ring_size, groups_per_block)
     for b, program in enumerate(programs):
         if not program["rows"]:
             continue
@@ -183,7 +183,7 @@ def draw_programs(
     ax.set_ylim(-1.6, 4.7)
     ax.set_axis_off()
     busy = sum(bool(p["groups"]) for p in programs)
-    default = (f"{len(programs)} programs of GROUPS = {groups} pairs of rows ({busy} with groups). Cells: pos; "
+    default = (f"{len(programs)} programs of {groups_per_block} groups per block ({busy} with groups). Cells: pos; "
                "black edge: a group row (odd pos); hatched: padding")
     ax.set_title(title or default, fontsize=TITLE_FONT, loc="left")
     handles = [Line2D([], [], color="dimgrey", label="partner: previous row"),
@@ -205,11 +205,12 @@ def draw_launch_counts(launches: Mapping[str, int], moved_mib: Mapping[str, floa
                        title: str | None = None) -> Figure:
     """What each path costs: kernel launches (left) and MiB moved through memory (right), one bar a path.
 
-    ``launches`` and ``moved_mib`` are measured numbers (launches counted as the path ran, bytes
-    summed over its ops' inputs and outputs), drawn as solid bars and labelled "measured".
+    ``launches`` and ``moved_mib`` are counted as the path ran (launches: its ops or kernels;
+    bytes: summed over its ops' inputs and outputs, from their shapes), drawn as solid bars and
+    labelled "counted" and "summed over its ops": neither is a hardware measurement.
     ``minimum_mib`` is computed, not measured (what any implementation must move,
     :func:`~c2graph.measure.traffic.minimum_bytes`): a hatched bar labelled
-    "minimum bytes (computed)". ``source`` says where the measured numbers come from (device,
+    "minimum bytes (computed)". ``source`` says where the counted numbers come from (device,
     versions, date); it is written under the panels.
     """
     names = list(launches)
@@ -217,13 +218,13 @@ def draw_launch_counts(launches: Mapping[str, int], moved_mib: Mapping[str, floa
     fig = Figure(figsize=(10.0, 3.2), layout="constrained")
     a, b = fig.subplots(1, 2)
     bars = [(name, launches[name], colours[name], None) for name in names]
-    _bars(a, bars, "kernel launches (measured)")
-    bars = [(f"{name}: measured", v, colours[name], None) for name, v in moved_mib.items()]
+    _bars(a, bars, "kernel launches (counted)")
+    bars = [(f"{name}: summed over its ops", v, colours[name], None) for name, v in moved_mib.items()]
     if minimum_mib is not None:
         bars.append((MINIMUM_LABEL, minimum_mib, "white", "//"))
     _bars(b, bars, "MiB moved")
     if title or source:
-        fig.suptitle("\n".join(filter(None, (title, source and f"measured: {source}"))), fontsize=TITLE_FONT)
+        fig.suptitle("\n".join(filter(None, (title, source and f"counted on: {source}"))), fontsize=TITLE_FONT)
     return fig
 
 
@@ -240,3 +241,58 @@ def _bars(ax, bars: list[tuple[str, float, str, str | None]], unit: str) -> None
     ax.invert_yaxis()
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
+
+
+def draw_gpu_words(groups_per_block: int = SMALL_BUCKET_GROUPS_PER_BLOCK, lanes: int = 16, sms: int = 4) -> Figure:
+    """Where a launch of the fused kernel runs: the words of the hardware, in one picture.
+
+    Left: the GPU, ``sms`` of its SMs (streaming multiprocessors) drawn, each running programs
+    side by side, with its tensor cores; under them HBM, the GPU's main memory, which every load
+    and store reaches through the caches. Right: one program's tile of ``lanes`` lanes (rows of
+    the tile), of which ``groups_per_block`` hold a group each (the rest idle, hatched), shared
+    out among the threads of its warps (32 threads each). Nothing is measured: a drawing of words.
+    """
+    fig = Figure(figsize=(11.0, 4.2), layout="constrained")
+    ax = fig.subplots()
+    ax.add_patch(Rectangle((0.0, 0.0), 6.6, 0.9, facecolor=CATEGORY_COLOURS[1], edgecolor=EDGE))
+    ax.text(3.3, 0.45, "HBM: the GPU's main memory (the caches, the ring, the | kv | score | buffer)",
+            ha="center", va="center", fontsize=FONT)
+    width = 6.6 / sms
+    for k in range(sms):
+        x = k * width + 0.08
+        ax.add_patch(Rectangle((x, 1.5), width - 0.16, 3.2, facecolor="white", edgecolor=EDGE))
+        ax.text(x + (width - 0.16) / 2, 4.45, f"SM {k}", ha="center", fontsize=FONT)
+        for j in range(2):
+            face = request_colour(k % 6) if j == 0 else "#F2F2F2"
+            ax.add_patch(Rectangle((x + 0.1, 3.3 - 0.95 * j), width - 0.36, 0.8, facecolor=face, edgecolor=EDGE))
+            ax.text(x + (width - 0.16) / 2, 3.7 - 0.95 * j, f"program {k + sms * j}", ha="center", va="center",
+                    fontsize=MIN_FONT, color=text_colour(face))
+        ax.add_patch(Rectangle((x + 0.1, 1.6), width - 0.36, 0.6, facecolor=CATEGORY_COLOURS[3], edgecolor=EDGE))
+        ax.text(x + (width - 0.16) / 2, 1.9, "tensor cores", ha="center", va="center", fontsize=MIN_FONT)
+        ax.add_patch(FancyArrowPatch((x + (width - 0.16) / 2, 1.5), (x + (width - 0.16) / 2, 0.92),
+                                     arrowstyle="<|-|>", mutation_scale=9, color=MUTED, lw=1.0))
+    ax.text(3.3, 5.0, f"the GPU: {sms} of its SMs drawn (132 on an H100 or an H200)", ha="center", fontsize=FONT)
+
+    # One program's tile, lane by lane.
+    left, top, h = 7.6, 4.6, 4.0 / lanes
+    for t in range(lanes):
+        busy = t < groups_per_block
+        ax.add_patch(Rectangle((left, top - (t + 1) * h), 2.2, h, facecolor=request_colour(0) if busy else "white",
+                               edgecolor=EDGE, lw=0.6, hatch=None if busy else "//"))
+        if t % 4 == 0 or t == lanes - 1:
+            ax.text(left - 0.08, top - (t + 0.5) * h, f"lane {t}", ha="right", va="center", fontsize=MIN_FONT)
+    ax.text(left + 1.1, top + 0.12, "program 0's tile: [LANES, CHUNK]", ha="center", fontsize=FONT)
+    ax.text(left + 2.3, top - groups_per_block * h / 2,
+            f"{groups_per_block} groups per block:\none group a lane", va="center", fontsize=MIN_FONT)
+    ax.text(left + 2.3, top - (groups_per_block + lanes) * h / 2,
+            f"lanes {groups_per_block} to {lanes - 1} idle:\ntl.dot takes 16 or more", va="center", fontsize=MIN_FONT)
+    ax.text(left + 1.1, top - lanes * h - 0.3, "its values shared out among the threads\nof its warps (32 threads a warp)",
+            ha="center", va="top", fontsize=MIN_FONT)
+    ax.add_patch(FancyArrowPatch((width / 2, 4.12), (left - 0.75, 4.3), arrowstyle="-|>", mutation_scale=9,
+                                 color=MUTED, lw=0.9, linestyle="--", connectionstyle="arc3,rad=-0.12"))
+    ax.set_xlim(-0.1, 11.2)
+    ax.set_ylim(-0.1, 5.3)
+    ax.set_axis_off()
+    ax.set_title("A launch starts a grid of programs; each SM runs several at once, each program works on tiles "
+                 "of lanes", fontsize=TITLE_FONT, loc="left")
+    return fig

@@ -6,7 +6,10 @@ and compares what it wrote or returned with the answer computed in torch. It say
 row (or ring row) is wrong, whether it was never written (still the poison) or written wrong, and
 the usual mistake behind it. It never raises for a wrong or unfinished function: a stub's
 ``NotImplementedError`` is reported as "not written yet", a function that is not a Triton function
-or has another signature is named first.
+or has another signature is named first, and an error raised inside Triton or torch by the
+reader's code is reported at the reader's line, in the reader's terms (:func:`launch`; the
+assembly's checks, :mod:`c2graph.workshop.assembly`, launch through it too). The batches are the
+same on every run (hand-made edge cases, then one drawn from ``seed``), so is the verdict.
 
 1. :func:`check_row_slots`: each row's request slot, from the extend offsets;
 2. :func:`check_partners`: each group row's partner, the previous row or a ring row;
@@ -16,7 +19,10 @@ or has another signature is named first.
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
+import traceback
 
 import torch
 import triton
@@ -24,6 +30,7 @@ import triton.language as tl
 
 from .._runtime import DEFAULT_DEVICE, INTERPRET
 from ..compressor.pools import POISON
+from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
 
@@ -32,9 +39,9 @@ BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
 INT_POISON = puzzles.INT_POISON
 
 
-def _kernel_problem(fn, params: list[str]) -> str | None:
+def kernel_problem(fn, params: list[str]) -> str | None:
     """What keeps the check from launching ``fn`` (a stub raises ``NotImplementedError``), or ``None``."""
-    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", repr(fn))
+    name = _name(fn)
     if not isinstance(fn, triton.runtime.jit.KernelInterface):
         return f"{name} is not a Triton function: decorate it with @triton.jit"
     try:
@@ -49,8 +56,52 @@ def _kernel_problem(fn, params: list[str]) -> str | None:
     return None
 
 
-def _launch(kernel, grid, *args, **kwargs) -> None:
-    """Launch ``kernel``; a stub's ``NotImplementedError`` comes out as itself, a ``static_assert`` as its message."""
+def _name(fn) -> str:
+    return getattr(fn, "__name__", None) or getattr(getattr(fn, "fn", None), "__name__", repr(fn))
+
+
+class Failed(Exception):
+    """The reader's function failed inside Triton or torch; the message says where, in its own terms."""
+
+
+# Errors Triton raises for the usual mistakes, said in the reader's terms.
+_PLAIN = {
+    "reshape() cannot change total number of elements": (
+        "tl.reshape must keep the number of elements: a [rows, n] tile can become [rows, n // 2, 2], "
+        "never more or fewer values"),
+    "Loop-carried variable": (
+        "the loop is compiled as a loop that runs on the GPU (range and tl.range), and a variable it "
+        "changes must keep its shape; the tile halves every round: loop with tl.static_range, which the "
+        "compiler unrolls into one copy of the body per round"),
+}
+
+
+def _reader_line(error: BaseException, reader) -> tuple[str, str] | None:
+    """``(the reader's line, the innermost message)`` of an error raised in ``reader``'s code, or ``None``."""
+    code = getattr(getattr(reader, "fn", reader), "__code__", None)
+    chain, seen = [], error
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    name = getattr(code, "co_name", None)
+    for e in reversed(chain):  # the innermost first
+        # Interpreted: a frame of the reader's file. Compiled: Triton's error carries the source of
+        # the function it was compiling and the node it stopped at.
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if code is not None and f.filename == code.co_filename]
+        if frames:
+            return (frames[-1].line or "").strip(), str(e).strip() or type(e).__name__
+        src, line = getattr(e, "src", None), getattr(getattr(e, "node", None), "lineno", None)
+        if isinstance(src, str) and line and name and f"def {name}(" in src:
+            lines = src.split("\n")
+            return (lines[line - 1].strip() if line <= len(lines) else ""), str(getattr(e, "error_message", "") or e)
+    return None
+
+
+def launch(kernel, grid, *args, reader=None, said: str | None = None, **kwargs) -> None:
+    """Launch ``kernel``. A stub's ``NotImplementedError`` comes out as itself; a harness's
+    ``static_assert`` whose message starts with ``said`` (``"row_sum must"``) as :class:`Failed` with
+    that message; an error raised inside Triton or torch by the reader's function ``reader`` (the
+    kernel itself when ``None``) as :class:`Failed`, naming the reader's line."""
     try:
         kernel[grid](*args, **kwargs)
     except Exception as e:
@@ -60,10 +111,28 @@ def _launch(kernel, grid, *args, **kwargs) -> None:
         if cause is not None or "NotImplementedError" in str(e):
             raise NotImplementedError(*(cause.args if cause is not None else ())) from e
         # Compiled, the message quotes the harness's source too: skip its static_assert(...) lines.
-        said = next((line for line in str(e).splitlines() if "must return" in line and "static_assert(" not in line), None)
-        if said:
-            raise ValueError(said[said.index("row_sum must"):].rstrip("')\"."))
-        raise
+        text = str(e)
+        said_line = said and next((line for line in text.splitlines() if said in line and "static_assert(" not in line),
+                                  None)
+        if said_line:
+            raise Failed(said_line[said_line.index(said):].rstrip("')\".")) from e
+        reader = kernel if reader is None else reader
+        where = _reader_line(e, reader)
+        plain = next((v for k, v in _PLAIN.items() if k in text or (where and k in where[1])), None)
+        if where is None and plain is None:
+            raise
+        at = f" at `{where[0]}`" if where and where[0] else ""
+        raise Failed(f"your {_name(reader)} failed{at}: {plain or where[1]}") from e
+
+
+def reported(cases):
+    """``cases`` with a :class:`Failed` launch reported as one failed case, never raised."""
+    def run():
+        try:
+            return cases()
+        except Failed as e:
+            return [(False, str(e))]
+    return run
 
 
 def _dev(t: torch.Tensor) -> torch.Tensor:
@@ -126,13 +195,17 @@ def _partner_mistake(p: puzzles.Puzzle, r: int, got: torch.Tensor) -> str:
     return f"row {r} (pos {pos}, req {req}): out[{r}] holds {found}; expected {expected}{hint}"
 
 
-def _park_mistake(p: puzzles.Puzzle, got: dict[int, str], programs: int, groups: int) -> str | None:
+def _park_mistake(p: puzzles.Puzzle, got: dict[int, str], programs: int, groups_per_block: int) -> str | None:
     """Puzzle 4: what is wrong with the ring rows ``got`` (``{ring row: what it holds}``) after
     programs ``0 .. programs - 1`` ran, each parking its own requests; ``None`` when nothing is."""
     fp, parked = p.first_pairs().tolist(), p.parked()
-    owner = {k: fp[int(p.slots()[r])] // groups for k, r in parked.items()}
+    owner = {k: fp[int(p.slots()[r])] // groups_per_block for k, r in parked.items()}
     for k in sorted(set(got) | {k for k in parked if owner[k] < programs}):
         g, w = got.get(k), (f"x row {parked[k]}" if k in parked else None)
+        if g is not None and g.startswith("values that are no row"):
+            return (f"ring row {k} holds values that are no row of x: what a masked load leaves on a lane whose "
+                    "mask is off (j >= n_park: a request of fewer than RING rows, or none), stored at the "
+                    "ring row its masked pos and req make: mask the store with j < n_park too, as the loads are")
         if g == w and owner[k] < programs:
             continue
         if g == w:
@@ -140,20 +213,36 @@ def _park_mistake(p: puzzles.Puzzle, got: dict[int, str], programs: int, groups:
             return (f"ring row {k} was written, but request slot {slot}'s first pair is pair {fp[slot]}, program "
                     f"{owner[k]}'s: each request is parked by one program only; loop over the slots [lo, hi) whose "
                     "first pair lies in your block, counted over the request_slots real lanes only")
+        n = int(g.split()[-1]) if g is not None and g.startswith("x row") else None
         if w is None:
-            return f"ring row {k} should not be written (no request parks a row there) but holds {g}"
+            return (f"ring row {k} should not be written (no request parks a row there) but holds {g}"
+                    f"{_park_destination(p, k, n)}")
         slot = int(p.slots()[parked[k]])
         said = f"ring row {k} should hold {w}, one of the last rows of request slot {slot} ({_span(p, slot)})"
         if g is None:
             return f"{said}, but was never written (still the poison {POISON:g})"
-        rows, hint = p.batch.row_ranges()[slot], ""
-        n = int(g.split()[-1]) if g.startswith("x row") else None
+        rows, hint = p.batch.row_ranges()[slot], _park_destination(p, k, n)
+        if hint:
+            return f"{said}, but holds {g}{hint}"
         if n is not None and n in rows:
             hint = f": x row {n} is not one of its last {puzzles.RING} rows; they start at start + count - min(count, RING)"
         elif "before x" in g or (n is not None and n < rows.start):
             hint = ": a request of fewer than RING rows parks only its own: n_park = min(count, RING)"
         return f"{said}, but holds {g}{hint}"
     return None
+
+
+def _park_destination(p: puzzles.Puzzle, k: int, n: int | None) -> str:
+    """Puzzle 4: when x row ``n``, found at ring row ``k``, is one a request parks, that its ring row
+    is what is wrong; else ``""``."""
+    if n is None or n not in p.parked().values():
+        return ""
+    pos, req = int(p.batch.pos[n]), int(p.batch.req[n])
+    hint = (f": x row {n} is rightly parked, but at the wrong ring row; x row {n} (pos {pos}, req {req}) "
+            f"belongs at req * RING + pos % RING = {req * puzzles.RING + pos % puzzles.RING}")
+    if k == req * puzzles.RING + (pos - 1) % puzzles.RING:
+        hint += " ((pos - 1) % RING is where a row's partner is read from, not where the row is parked)"
+    return hint
 
 
 # --- puzzle 1 ---------------------------------------------------------------------------------------
@@ -165,12 +254,13 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
     """Puzzle 1: ``fn`` writes each row's request slot, read from the extend offsets (-1: padding).
 
     Launched as ``fn[(cdiv(num_rows, BLOCK),)](offsets, slot, num_rows, request_slots, BLOCK=8,
-    S_PAD=8)`` on three batches; the offsets sit in a buffer whose next elements hold 1000, the
-    output in one with ``BLOCK`` poisoned elements past its end. Says which row, never written
+    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets sit in a
+    buffer whose next elements hold 1000, the output in one with ``BLOCK`` poisoned elements past
+    its end. Says which row, never written
     or written wrong, and why.
     """
     def cases():
-        problem = _kernel_problem(fn, ROW_SLOTS)
+        problem = kernel_problem(fn, ROW_SLOTS)
         if problem:
             return [(False, problem)]
         results = []
@@ -179,7 +269,7 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
             offsets = torch.full((2 * S + S_PAD,), 1000, dtype=torch.int32)
             offsets[:2 * S] = p.offsets().flatten()
             out = _dev(torch.full((T + BLOCK,), INT_POISON, dtype=torch.int32))
-            _launch(fn, (triton.cdiv(T, BLOCK),), _dev(offsets), out, T, S, BLOCK=BLOCK, S_PAD=S_PAD)
+            launch(fn, (triton.cdiv(T, BLOCK),), _dev(offsets), out, T, S, BLOCK=BLOCK, S_PAD=S_PAD)
             got, want = out.cpu().tolist(), p.slots().tolist()
             wrong = [r for r in range(T) if got[r] != want[r]]
             past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
@@ -194,7 +284,7 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
                 results.append((True, f"{p.what}: all {T} rows right, nothing written past them"))
         return results
 
-    return run_check("row_slots (puzzle 1)", cases)
+    return run_check("row_slots (puzzle 1)", reported(cases))
 
 
 # --- puzzle 2 ---------------------------------------------------------------------------------------
@@ -211,17 +301,18 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
     after ``x`` and past the ring are guards that name a read out of bounds; ``out`` is poisoned.
     """
     def cases():
-        problem = _kernel_problem(fn, PARTNERS)
+        problem = kernel_problem(fn, PARTNERS)
         if problem:
             return [(False, problem)]
         results = []
         for p in puzzles.puzzles(seed):
             T, x, ring = p.num_rows, puzzles.named_x(p.num_rows), puzzles.named_ring()
             tail = torch.ones(BLOCK, dtype=torch.int64)  # past the last row: odd pos, a group, as if real
+            no = torch.zeros(BLOCK, dtype=torch.bool)
             meta = [torch.cat([p.batch.pos, tail]), torch.cat([p.batch.req, 0 * tail]),
-                    torch.cat([p.first(), 0 * tail.bool()]), torch.cat([p.group(), tail.bool()])]
+                    torch.cat([p.first(), no]), torch.cat([p.group(), ~no])]  # first and group: bool
             out = _dev(torch.full((T + BLOCK, puzzles.D), POISON))
-            _launch(fn, (triton.cdiv(T, BLOCK),), _dev(x)[1:], _dev(ring), *map(_dev, meta), out, T,
+            launch(fn, (triton.cdiv(T, BLOCK),), _dev(x)[1:], _dev(ring), *map(_dev, meta), out, T,
                     D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK)
             got, want = out.cpu(), p.partner_source()
             expect = [None if w is None else x[w[1] + 1] if w[0] == "row" else ring[w[1]] for w in want]
@@ -236,10 +327,11 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
                                        "mask the loads and the store with rows < num_rows"))
             else:
                 n = sum(w is not None for w in want)
-                results.append((True, f"{p.what}: the {n} group rows' partners right, the other {T - n} rows untouched"))
+                results.append((True, f"{p.what}: the partners of {plural(n, 'group row')} right, the other "
+                                      f"{plural(T - n, 'row')} untouched"))
         return results
 
-    return run_check("gather_partners (puzzle 2)", cases)
+    return run_check("gather_partners (puzzle 2)", reported(cases))
 
 
 # --- puzzle 3 ---------------------------------------------------------------------------------------
@@ -255,6 +347,31 @@ def _row_sum_harness(x_ptr, out_ptr, ROWS: tl.constexpr, LOG2_N: tl.constexpr, R
     tl.store(out_ptr + rows, s)
 
 
+def _runtime_loop(fn) -> str | None:
+    """Puzzle 3: a ``for`` over ``range`` or ``tl.range`` in ``fn``, said as compiled Triton says it.
+
+    The interpreter runs such a loop as a Python loop, so a tile that halves every round passes
+    there; compiled Triton makes it one loop on the GPU (``scf.for``), whose variables must keep
+    their type and shape, and refuses the function ("Loop-carried variable x has initial type
+    ... but is re-assigned to ... in loop!"). Only ``tl.static_range`` is unrolled.
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn.fn)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.For) and isinstance(node.iter, ast.Call):
+            f = node.iter.func
+            called = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+            if called == "range":
+                return (f"{_name(fn)} loops with {ast.unparse(node.iter)}: the interpreter runs it as a Python "
+                        "loop, but compiled on a GPU, range (like tl.range) is one loop on the GPU whose "
+                        "variables must keep their shape, and x halves every round: Triton refuses it "
+                        "(\"Loop-carried variable x ... re-assigned\"). Loop with tl.static_range, which the "
+                        "compiler unrolls")
+    return None
+
+
 def check_row_sum(fn, seed: int = 0) -> CheckResult:
     """Puzzle 3: ``fn(x, LOG2_N)`` sums each row of ``x`` (``[16, 32]`` fp32) neighbours first, to the bit.
 
@@ -265,17 +382,18 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
     def cases():
         if not isinstance(fn, triton.runtime.jit.KernelInterface):
             return [(False, f"{getattr(fn, '__name__', fn)!s} is not a Triton function: decorate it with @triton.jit")]
-        _kernel_problem(fn, list(inspect.signature(fn.fn).parameters))  # a stub raises NotImplementedError
+        kernel_problem(fn, list(inspect.signature(fn.fn).parameters))  # a stub raises NotImplementedError
+        loop = _runtime_loop(fn)
+        if loop:
+            return [(False, loop)]
         x = puzzles.sum_rows(seed, SUM_ROWS, 1 << LOG2_N)
         want = puzzles.halving_sum(x)
         outs = {}
         for warps in ((None,) if INTERPRET else (1, 4, 8)):
             out = _dev(torch.full((SUM_ROWS,), POISON))
             options = {} if warps is None else {"num_warps": warps}
-            try:
-                _launch(_row_sum_harness, (1,), _dev(x), out, ROWS=SUM_ROWS, LOG2_N=LOG2_N, ROW_SUM=fn, **options)
-            except ValueError as e:
-                return [(False, str(e))]
+            launch(_row_sum_harness, (1,), _dev(x), out, ROWS=SUM_ROWS, LOG2_N=LOG2_N, ROW_SUM=fn, reader=fn,
+                   said="row_sum must", **options)
             outs[warps] = out.cpu()
         got = next(iter(outs.values()))
         results = []
@@ -302,7 +420,7 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
                 results.append((False, f"with num_warps={warps} the sums differ from num_warps=1: the order is not fixed"))
         return results
 
-    return run_check("row_sum (puzzle 3)", cases)
+    return run_check("row_sum (puzzle 3)", reported(cases))
 
 
 # --- puzzle 4 ---------------------------------------------------------------------------------------
@@ -317,43 +435,43 @@ def _park_launch(fn, p: puzzles.Puzzle, programs: int) -> dict[int, str]:
     x, pos, req, offsets, first_pair = map(_dev, (puzzles.named_x(p.num_rows, after=False), torch.cat([zero, p.batch.pos]),
                                                  torch.cat([zero, p.batch.req]), torch.cat([p.offsets().flatten(), tail]),
                                                  torch.cat([p.first_pairs(), tail])))
-    _launch(fn, (programs,), x[1:], ring, pos[1:], req[1:], offsets, first_pair, S,
-            D=puzzles.D, RING=puzzles.RING, GROUPS=GROUPS, S_PAD=S_PAD)
+    launch(fn, (programs,), x[1:], ring, pos[1:], req[1:], offsets, first_pair, S,
+            D=puzzles.D, RING=puzzles.RING, GROUPS_PER_BLOCK=GROUPS_PER_BLOCK, S_PAD=S_PAD)
     ring = ring.cpu()
     return {k: puzzles.source_of(ring[k]) for k in range(ring.shape[0]) if not bool((ring[k] == POISON).all())}
 
 
 PARK = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "offsets_ptr", "first_pair_ptr", "request_slots", "D", "RING",
-        "GROUPS", "S_PAD"]
-GROUPS = 4
+        "GROUPS_PER_BLOCK", "S_PAD"]
+GROUPS_PER_BLOCK = 4
 """Pairs of rows a program in puzzle 4 (the kernel's is 8 or 16)."""
 
 
 def check_park(fn, seed: int = 0) -> CheckResult:
-    """Puzzle 4: program ``b`` parks the requests whose first pair is one of its ``GROUPS`` pairs.
+    """Puzzle 4: program ``b`` parks the requests whose first pair is one of its ``GROUPS_PER_BLOCK`` groups.
 
     Launched as ``fn[(programs,)](x, ring, pos, req, offsets, first_pair, request_slots, D=16,
-    RING=2, GROUPS=4, S_PAD=8)``, first with only program 0, then programs 0 and 1, and so on, each
+    RING=2, GROUPS_PER_BLOCK=4, S_PAD=8)``, first with only program 0, then programs 0 and 1, and so on, each
     on a fresh poisoned ring: so a program that parks another program's request is caught, even
     when the whole grid's ring would look right. Says which ring row, never written or written
     wrong, and which row it holds.
     """
     def cases():
-        problem = _kernel_problem(fn, PARK)
+        problem = kernel_problem(fn, PARK)
         if problem:
             return [(False, problem)]
         results = []
         for p in puzzles.puzzles(seed):
-            programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS)  # enough for any batch's pairs
+            programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS_PER_BLOCK)  # enough for any batch's pairs
             for b in range(programs):
-                why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS)
+                why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS_PER_BLOCK)
                 if why:
                     launched = "only program 0" if b == 0 else f"programs 0 to {b}"
                     results.append((False, f"{p.what}: with {launched} of {programs} launched, {why}"))
                     break
             else:
-                results.append((True, f"{p.what}: the {len(p.parked())} parked ring rows right, each written by "
+                results.append((True, f"{p.what}: {plural(len(p.parked()), 'parked ring row')} right, each written by "
                                       "its request's program alone, no other ring row"))
         return results
 
-    return run_check("park (puzzle 4)", cases)
+    return run_check("park (puzzle 4)", reported(cases))

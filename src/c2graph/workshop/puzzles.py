@@ -89,14 +89,17 @@ class Puzzle:
         """``{ring row: buffer row}``: each request's last ``min(count, RING)`` rows (puzzle 4's answer)."""
         return self.plan().parked
 
-    def parked_by(self, program: int, groups: int) -> set[int]:
+    def parked_by(self, program: int, groups_per_block: int) -> set[int]:
         """The request slots program ``program`` parks: those whose first pair lies in its block."""
         fp = self.first_pairs().tolist()
-        return {s for s in range(self.request_slots) if program * groups <= fp[s] < (program + 1) * groups}
+        return {s for s in range(self.request_slots) if program * groups_per_block <= fp[s] < (program + 1) * groups_per_block}
 
 
 def puzzles(seed: int) -> list[Puzzle]:
-    """The checks' batches: notebook 02's own, one with a one-row request first, and a fresh random one."""
+    """The checks' batches: hand-made edge cases first (notebook 02's own batch; one live row, fewer
+    than the ring; a one-row request first; a zero-length request, and a request at an odd position
+    next to padding; every request slot full, the last request ending at the bucket's end), then a
+    random one drawn from ``seed``: the same batches, and so the same verdict, on every run."""
     cfg = Config.tiny()
     alloc = ReqToTokenPool(cfg, pool_requests=POOL_REQUESTS, max_seq_len=96, seed=seed)
     g = torch.Generator().manual_seed(seed)
@@ -111,8 +114,14 @@ def puzzles(seed: int) -> list[Puzzle]:
     return [
         Puzzle("notebook 02's batch (4 requests, 6 request slots, 5 padding rows)",
                batch([(0, 5, 7), (3, 0, 15), (1, 3, 1), (4, 9, 12)], 6, 40)),
+        Puzzle("one live row in all, fewer than the ring, at an odd position (3 padding rows)",
+               batch([(2, 5, 1)], 2, 4)),
         Puzzle("a one-row request first, at an odd position (3 requests, 7 request slots)",
                batch([(2, 7, 1), (5, 0, 6), (0, 4, 9)], 7, 19)),
+        Puzzle("a zero-length request, then one at an odd position ending next to padding (4 request slots)",
+               batch([(0, 2, 5), (3, 4, 0), (5, 9, 3)], 4, 12)),
+        Puzzle("every request slot full, the last request ending at the bucket's end (no padding)",
+               batch([(1, 3, 4), (4, 0, 5), (2, 6, 7)], 3, 16)),
         Puzzle(f"a random batch (seed {seed}: {n} requests, {n + 1} request slots)",
                batch(rand, n + 1, live + int(torch.randint(0, 4, (1,), generator=g)))),
     ]
@@ -278,18 +287,18 @@ def draw_partners_puzzle(p: Puzzle, program: int, block: int) -> Figure:
                                 "of its group rows")
 
 
-def draw_park_puzzle(p: Puzzle, program: int, groups: int) -> Figure:
-    """Puzzle 4: program ``program`` parks the requests whose first pair is one of its ``groups`` pairs."""
+def draw_park_puzzle(p: Puzzle, program: int, groups_per_block: int) -> Figure:
+    """Puzzle 4: program ``program`` parks the requests whose first pair is one of its ``groups_per_block`` groups."""
     fp = p.first_pairs().tolist()
     pairs = int(((p.offsets()[1] + 1) // 2).sum())
     slot_of_pair = [next(s for s in range(p.request_slots) if fp[s] <= k and (s + 1 == p.request_slots or k < fp[s + 1]))
                     for k in range(pairs)]
-    mine = p.parked_by(program, groups)
+    mine = p.parked_by(program, groups_per_block)
     parked = p.parked()
     first_pairs = {fp[s]: READ for s in mine if fp[s] < pairs}
     rows = {r: READ for k, r in parked.items() if p.slots()[r].item() in mine}
     ring = {k: WRITTEN for k, r in parked.items() if p.slots()[r].item() in mine}
-    strips = [Strip(f"pairs (blocks of {groups})", [str(k // groups) for k in range(pairs)],
+    strips = [Strip(f"pairs (blocks of {groups_per_block})", [str(k // groups_per_block) for k in range(pairs)],
                     [request_colour(s) for s in slot_of_pair], first_pairs),
               _row_strip(p, "x rows (cells: pos)", rows),
               Strip(f"ring rows (req * {RING} + pos % {RING})", [str(k) for k in range(POOL_REQUESTS * RING)],
