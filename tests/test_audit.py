@@ -310,7 +310,16 @@ def test_bad_arguments_are_refused_before_anything_changes(backend):
         c2.audit(lambda: None, [load, load], labels={"x": 1})
     with pytest.raises(ValueError, match="backend = 'gpu'"):
         c2.audit(lambda: None, [load, load], backend="gpu")
+    with pytest.raises(TypeError, match="fn is a str; expected a callable"):
+        audit_capture("step")
     assert loaded == []
+    found = c2.audit(lambda: None, [load, load])
+    for limit in (-1, 2.5, True):
+        with pytest.raises(ValueError, match=f"^limit = {limit!r}; expected an int >= 0"):
+            found.table(limit=limit)
+        with pytest.raises(ValueError, match="^limit = "):
+            found.captures[0].table(limit=limit)
+    assert found.ok and found._repr_html_(limit=None).count("<tr>") == 0
     x = torch.zeros(2, device=device_of(backend))
     g = Graph(backend)
     with pytest.raises(ValueError, match="labels = "):
@@ -480,7 +489,6 @@ def test_the_packages_own_fused_path_is_clean_though_it_fills_nan(backend):
     layer, alloc, pools = make_case(seed=4, device=device_of(backend))
     batches = [c2.ExtendBatch.build(requests, alloc, request_slots=4, pad_to=16, device=device_of(backend))
                for requests in ([(0, 0, 9), (1, 3, 4)], [(2, 1, 5), (3, 0, 2), (4, 6, 6)])]
-    static = batches[0].tensors() if hasattr(batches[0], "tensors") else None
     static = {name: getattr(batches[0], name).clone() for name in ("pos", "req", "raw_out_loc", "c2_slot",
                                                                     "extend_offsets")}
     batch = dataclasses.replace(batches[0], **static)

@@ -325,9 +325,12 @@ def test_host_reads_after_capture_are_fine(backend):
     assert "tensor" in repr(y) and torch.tensor([1, 2], device=dev).tolist() == [1, 2]
 
 
-def test_bad_backend():
+def test_bad_backend_and_pool():
     with pytest.raises(ValueError, match="backend = 'gpu'"):
         Graph("gpu")
+    for pool in ("pool", (1,), (0, 1.5), Graph(EMULATE)):
+        with pytest.raises(ValueError, match="^pool = .*; expected None or a memory-pool handle"):
+            Graph(EMULATE, pool=pool)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="torch.cuda.is_available"):
             Graph("cuda")
@@ -349,6 +352,10 @@ def test_bad_warmup_iters_and_record_are_refused_before_anything_runs():
     with pytest.raises(TypeError, match="^record = 'yes'; expected True"):
         with g.capture(record="yes"):
             step()
+    with pytest.raises(TypeError, match="^fn is a int; expected a callable with no arguments"):
+        g.capture_fn(3)
+    with pytest.raises(TypeError, match="^fn is a NoneType; expected a callable"):
+        warmup(None, 1)
     assert calls == [] and repr(g) == "Graph(backend='emulate', state='new')"
 
 

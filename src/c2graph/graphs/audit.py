@@ -25,8 +25,9 @@ import torch
 
 from ..compressor.batch import ExtendBatch
 from ..compressor.req_to_token import ReqToTokenPool
-from .graph import Graph, warmup
-from .op_record import LAUNCH, CaptureRecord, GeneratorArg, OpRecord, TensorArg, check_labels, record_lines
+from .graph import Graph, check_step, warmup
+from .op_record import (LAUNCH, CaptureRecord, GeneratorArg, OpRecord, TensorArg, check_labels, check_limit,
+                        record_lines)
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,7 @@ class GraphAudit:
     def table(self, *, limit: int | None = 12) -> str:
         """The audit in words: the records of capture 1 that are work (``limit`` of them; ``None``:
         all) or flagged, marked ``<-- FROM THE BATCH``, then the verdict and each flag with its line."""
+        check_limit(limit)
         lines = [self.title] + [f"  capture {i + 1}: {load}" for i, load in enumerate(self.loads)]
         marks: dict[int, dict[str, str]] = {}
         for f in self.flags:
@@ -155,11 +157,12 @@ class GraphAudit:
 
     __str__ = __repr__ = table
 
-    def _repr_html_(self, *, limit: int = 12) -> str:
+    def _repr_html_(self, *, limit: int | None = 12) -> str:
         """The audit as a table, a row per flagged argument, in capture order: the record (``launch 3``,
         ``op 5``) and the lines that issued it, the argument, its value at each capture, what it
         means; and per record, a row of the values it froze that are the same in every capture.
         Records of work that froze values and have no flag are shown too, ``limit`` of them."""
+        check_limit(limit)
         n = max(len(self.captures), max((len(f.values) for f in self.flags), default=0))
         columns = ["record", "where", "line", "op", "argument", *(f"capture {i + 1}" for i in range(n)), "what it means"]
         by_record: dict[int, list[Flag]] = {}
@@ -170,7 +173,7 @@ class GraphAudit:
             flags = by_record.get(r.index, [])
             if not flags and not (r.launches and r.scalars):
                 continue
-            if not flags and shown >= limit:
+            if not flags and limit is not None and shown >= limit:
                 hidden += 1
                 continue
             shown += not flags
@@ -236,8 +239,7 @@ def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
     A refused capture is a finding (a flag with its line), never an exception; an exception of
     ``load`` or of the eager call goes on.
     """
-    if not callable(step):
-        raise TypeError(f"step is a {type(step).__name__}; expected a callable with no arguments")
+    check_step(step, "step")
     if not isinstance(loads, (list, tuple)) or len(loads) < 2 or not all(callable(load) for load in loads):
         raise ValueError(f"loads = {loads!r}; expected a list of two or more callables, each loading one batch")
     labels = check_labels(labels)
@@ -257,6 +259,7 @@ def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor] | No
                   backend: str | None = None) -> CaptureRecord:
     """Capture ``fn()`` once in a new :class:`Graph` (``backend`` as there) and return its record
     (:meth:`Graph.audit`). A refused capture is reported in the record, never raised."""
+    check_step(fn, "fn")
     labels, graph = check_labels(labels), Graph(backend)
     try:
         with graph.capture(labels):

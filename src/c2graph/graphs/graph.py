@@ -66,6 +66,7 @@ def warmup(fn: Callable[[], Any], iters: int = 2) -> None:
     capture (torch's CUDA-graph notes; SGLang warms up twice). On CUDA the calls run on a side
     stream that waits for the current one, and the current stream then waits for them.
     """
+    check_step(fn, "fn")
     check_iters(iters, "iters")
     if not torch.cuda.is_available():
         for _ in range(iters):
@@ -77,6 +78,12 @@ def warmup(fn: Callable[[], Any], iters: int = 2) -> None:
         for _ in range(iters):
             fn()
     torch.cuda.current_stream().wait_stream(side)
+
+
+def check_step(fn, name: str) -> None:
+    """``TypeError`` unless ``fn`` (given as the argument ``name``) is callable."""
+    if not callable(fn):
+        raise TypeError(f"{name} is a {type(fn).__name__}; expected a callable with no arguments")
 
 
 def check_iters(value, name: str) -> None:
@@ -130,6 +137,10 @@ class Graph:
             raise ValueError(f"backend = {backend!r}; expected 'cuda', 'emulate' or None (CUDA when available)")
         if backend == "cuda" and not torch.cuda.is_available():
             raise ValueError("backend = 'cuda' but torch.cuda.is_available() is False; expected 'emulate' or None")
+        if pool is not None and not (isinstance(pool, tuple) and len(pool) == 2
+                                     and all(isinstance(p, int) and not isinstance(p, bool) for p in pool)):
+            raise ValueError(f"pool = {pool!r}; expected None or a memory-pool handle: other.pool() of an earlier "
+                             "graph, or torch.cuda.graph_pool_handle()")
         self.backend = backend
         self._impl = _CudaGraph(pool) if backend == "cuda" else EmulatedGraph()
         self._state = "new"
@@ -177,6 +188,7 @@ class Graph:
 
         Returns what the captured call returned: the static outputs that each replay overwrites.
         """
+        check_step(fn, "fn")
         check_iters(warmup_iters, "warmup_iters")
         warmup(fn, warmup_iters)
         with self.capture(record=record):

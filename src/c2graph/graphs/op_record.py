@@ -153,6 +153,7 @@ class CaptureRecord:
 
     def table(self, *, limit: int | None = 12) -> str:
         """Per record that is work of the graph: what it froze, read and wrote (``limit``: how many; ``None``: all)."""
+        check_limit(limit)
         if self.refused:
             how = "failed: the captured code raised" if self.raised else "refused"
             return f"capture {how} at {self.refused_where}: {self.refused}\n    {self.refused_code}"
@@ -177,6 +178,12 @@ def record_lines(r: OpRecord, marks: dict[str, str]) -> list[str]:
         if tensors:
             out.append(f"    {word} " + ", ".join(f"{t}{mark.get(t.name, '')}" for t in tensors))
     return out
+
+
+def check_limit(limit) -> None:
+    """How many records a table shows: an int >= 0, or ``None`` for all (``ValueError`` otherwise)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit = {limit!r}; expected an int >= 0 (how many records to show), or None for all")
 
 
 def check_labels(labels) -> dict[str, torch.Tensor]:
