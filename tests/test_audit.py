@@ -531,8 +531,8 @@ def test_a_per_request_loop_before_a_right_copy_is_flagged_once(backend):
     found = two_batches(per_request_loop_then_copy, Batch(device_of(backend)), backend)
     (flag,) = found.flags
     assert (flag.what, flag.op, flag.values) == ("launches", "_scale_slots", ("2 time(s)", "3 time(s)")), found
-    assert flag.stack[0] == (f"test_audit.py:{launch_line(per_request_loop_then_copy)[0]} in per_request_loop_then_copy",
-                             launch_line(per_request_loop_then_copy)[1])
+    line, text = launch_line(per_request_loop_then_copy)
+    assert flag.stack[0] == (f"test_audit.py:{line} in per_request_loop_then_copy", text)
     copy = next(r for r in found.captures[0].nodes() if r.op == "aten.copy_.default")
     assert [t.label for t in copy.tensors][1].startswith("temporary of op "), copy
     assert "new tensor per batch" not in found.table()
@@ -710,3 +710,9 @@ def test_a_notebook_line_is_named_by_its_cell_in_words():
     (flag,) = shell.user_ns["found"].flags
     number = shell.execution_count - 1
     assert flag.where == f"cell {number}, line 2 in step" and flag.code == "x.add_(batch['n'])", flag
+    assert str(flag).startswith(f"cell {number}, line 2 in step: aten.add_.Tensor: `other` = 1 at capture 1, 2 at")
+    # a cell kept out of the history (as nbval runs cells) has no number of its own: none is made up
+    result = shell.run_cell("def step():\n    x.add_(batch['n'])\n"
+                            "found = c2.audit(step, [lambda: batch.update(n=1), lambda: batch.update(n=2)])",
+                            store_history=False)
+    assert result.success and shell.user_ns["found"].flags[0].where == "a notebook cell, line 2 in step"

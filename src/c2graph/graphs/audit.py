@@ -8,8 +8,9 @@ op_record`, the records the CPU emulation replays): a scalar argument, a grid, a
 or shape, or the number and order of launches that differ came from the batch. Values are
 compared as values (NaN equals NaN); a temporary (a tensor made inside the step) by the place, in
 each capture, of the op that made it, so launches added before it do not make it differ. Each
-:class:`Flag` names the lines that issued it, from the launch outward. A value equal in every capture may still come from a batch:
-batches that differ wherever the work could look (starts, counts, live rows) make that unlikely.
+:class:`Flag` names the lines that issued it, from the launch outward. A value equal in every
+capture may still come from a batch: batches that differ wherever the work could look (starts,
+counts, live rows) make that unlikely.
 :func:`audit_runner` audits a prefill graph runner's bucket: the dummy batch, then a ragged one.
 """
 
@@ -61,7 +62,8 @@ class Flag:
         if self.what == "raised":
             return f"the step raised {self.values[0]} during its capture: {self.advice()}"
         subject = {"launches": "launched", "grid": "grid =", "view": f"`{self.arg}` is",
-                   "address": f"`{self.arg}` is", "value": f"`{self.arg}` =", "generator": f"`{self.arg}` is"}[self.what]
+                   "address": f"`{self.arg}` is", "value": f"`{self.arg}` =",
+                   "generator": f"`{self.arg}` is"}[self.what]
         return f"{subject} {self.difference()}: {self.advice()}"
 
     def advice(self) -> str:
@@ -164,7 +166,8 @@ class GraphAudit:
         Records of work that froze values and have no flag are shown too, ``limit`` of them."""
         check_limit(limit)
         n = max(len(self.captures), max((len(f.values) for f in self.flags), default=0))
-        columns = ["record", "where", "line", "op", "argument", *(f"capture {i + 1}" for i in range(n)), "what it means"]
+        captures = [f"capture {i + 1}" for i in range(n)]
+        columns = ["record", "where", "line", "op", "argument", *captures, "what it means"]
         by_record: dict[int, list[Flag]] = {}
         for f in self.flags:
             by_record.setdefault(f.index, []).append(f)

@@ -385,12 +385,18 @@ def locate(frames, stop) -> tuple[str, str, tuple[tuple[str, str], ...]]:
 
 
 def _place(path: str, line: int) -> str:
-    """``"model.py:42"``; a notebook's cell in words: ``"cell 12, line 3"`` (12: its execution count)."""
+    """``"model.py:42"``; a notebook's cell in words: ``"cell 12, line 3"``, 12 being the number
+    Jupyter shows beside the cell (its execution count), or ``"a notebook cell, line 3"`` where
+    the cell was run without a number of its own (kept out of the history, as a test runner does)."""
     if "ipykernel_" not in path and not path.startswith("<ipython"):
         return f"{os.path.basename(path)}:{line}"
-    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
     number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
-    return f"cell {number}, line {line}" if number is not None else f"a notebook cell, line {line}"
+    history = shell.user_ns.get("In", []) if shell is not None else []
+    if number is not None and number < len(history) and history[number].rstrip() == "".join(
+            linecache.getlines(path)).rstrip():
+        return f"cell {number}, line {line}"
+    return f"a notebook cell, line {line}"
 
 
 def entering_frame():
