@@ -196,9 +196,11 @@ class GraphAudit:
 def _row(cells: list, spans: dict[int, int] | None = None) -> str:
     """One ``<tr>``: each cell escaped, except one already made HTML (a :class:`_Html`); ``spans``: column spans."""
     spans = spans or {}
-    return "<tr>" + "".join(
-        f"<td{f' colspan={chr(34)}{spans[i]}{chr(34)}' if i in spans else ''}>"
-        f"{c if isinstance(c, _Html) else html.escape(str(c))}</td>" for i, c in enumerate(cells)) + "</tr>"
+    tds = []
+    for i, c in enumerate(cells):
+        span = f' colspan="{spans[i]}"' if i in spans else ""
+        tds.append(f"<td{span}>{c if isinstance(c, _Html) else html.escape(str(c))}</td>")
+    return "<tr>" + "".join(tds) + "</tr>"
 
 
 class _Html(str):
@@ -322,13 +324,14 @@ def _aligned(first: list[OpRecord], other: list[OpRecord]) -> list[tuple[OpRecor
     while moved:  # slide each record left over past the matched records of its own op that follow it
         moved = False
         for k in range(len(aligned) - 1):
-            gap, pair = aligned[k], aligned[k + 1]
-            side = 0 if gap[1] is None else 1
-            if None in pair or (gap[0] is None) == (gap[1] is None) or pair[side].op != gap[side].op:
+            (a, b), pair = aligned[k], aligned[k + 1]
+            if None in pair or (a is None) == (b is None) or pair[a is None].op != (a or b).op:
                 continue
             # the record left over takes the match; the matched one of its capture is left over instead
-            aligned[k][1 - side], aligned[k + 1] = pair[1 - side], [None, None]
-            aligned[k + 1][side] = pair[side]
+            if b is None:
+                aligned[k], aligned[k + 1] = [a, pair[1]], [pair[0], None]
+            else:
+                aligned[k], aligned[k + 1] = [pair[0], b], [None, pair[1]]
             moved = True
     return [(a, b) for a, b in aligned]
 

@@ -281,7 +281,8 @@ class _CudaGraph:
         # eager work (the emulation, whose refusals are this thread's, does the same).
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
-            with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
+            with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream,
+                                  capture_error_mode="thread_local"):
                 recording = contextlib.nullcontext() if labels is None else Recording(labels, stop).active()
                 with recording as record:
                     yield record

@@ -133,7 +133,7 @@ def is_refusal(error: BaseException) -> bool:
     """Whether ``error`` is a capture's own refusal (the texts above, CUDA's, torch's or this
     package's), not an error of the captured code."""
     texts = (NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY, NO_NUMPY, NESTED_CAPTURE,
-             CONCURRENT_CAPTURE.split("(")[0])
+             CONCURRENT_CAPTURE.split("(")[0])  # its words before the thread's name
     return str(error).startswith(texts)
 
 
