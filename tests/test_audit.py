@@ -684,16 +684,20 @@ def scratch_made_inside(b: Batch) -> None:
     b.out.copy_(torch.nan_to_num(scratch, nan=0.0))
 
 
-@pytest.mark.parametrize("program, flagged", [
-    (constexpr_from_live_rows, {"BLOCK", "n"}),
-    (kernel_by_batch_size, {"launches"}),
-    (scratch_made_inside, set()),
+@pytest.mark.parametrize("program, flagged, lines", [
+    (constexpr_from_live_rows, {"BLOCK", "n"}, ["_scale_rows["]),
+    (kernel_by_batch_size, {"launches"}, ["_scale_slots[", "_scale_rows["]),
+    (scratch_made_inside, set(), []),
 ], ids=lambda x: getattr(x, "__name__", ""))
-def test_more_programs_an_engine_might_write(backend, program, flagged):
+def test_more_programs_an_engine_might_write(backend, program, flagged, lines):
+    """Verdict and lines: each flag at the launch in ``program`` that froze it, called from the audit's lambda."""
     needs_triton(backend)
     found = two_batches(program, Batch(device_of(backend)), backend)
-    assert found.flagged() == flagged, found
-    assert all(f.where.startswith("test_audit.py:") and f" in {program.__name__}" in f.where for f in found.flags)
+    assert found.flagged() == flagged and found.ok == (not flagged), found
+    assert found.verdict().startswith("NOT OK" if flagged else "clean"), found.verdict()
+    want = {(f"test_audit.py:{n} in {program.__name__}", text) for n, text in (line_of(program, m) for m in lines)}
+    assert {f.stack[0] for f in found.flags} == want, found
+    assert all(f.stack[-1][0].endswith(" in <lambda>") for f in found.flags)
 
 
 def test_a_notebook_line_is_named_by_its_cell_in_words():
