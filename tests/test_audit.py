@@ -19,6 +19,8 @@ import torch
 import triton
 import triton.language as tl
 from graph_backends import EMULATE, backend, device_of, needs_triton  # noqa: F401  (backend: a fixture)
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support import make_case
 
 import c2graph as c2
@@ -720,3 +722,51 @@ def test_a_notebook_line_is_named_by_its_cell_in_words():
                             "found = c2.audit(step, [lambda: batch.update(n=1), lambda: batch.update(n=2)])",
                             store_history=False)
     assert result.success and shell.user_ns["found"].flags[0].where == "a notebook cell, line 2 in step"
+
+
+# ---------------------------------------------------------------------------------------------
+# Properties over generated programs: steps made of NaN fills, temporaries copied into the output,
+# static launches and per-request loops, in any order.
+
+STEP_KINDS = ("nan_fill", "temporary", "static_launch", "loop")
+
+
+def generated_step(kinds: list[str], b: Batch):
+    """A step doing ``kinds`` in order; ``"loop"`` launches once per request of the loaded batch."""
+    def step():
+        for kind in kinds:
+            if kind == "nan_fill":
+                b.row_scale.fill_(float("nan"))
+            elif kind == "temporary":
+                b.out.copy_(torch.nan_to_num(b.x * 2.0, nan=0.0))
+            elif kind == "static_launch":
+                _scale_slots[(SLOTS,)](b.x, b.out, b.starts, b.counts, b.scales, 0, BLOCK=BLOCK)
+            else:
+                for r in range(b.requests):
+                    _scale_slots[(1,)](b.x, b.out, b.starts, b.counts, b.scales, r, BLOCK=BLOCK)
+    return step
+
+
+@settings(max_examples=15, deadline=None)
+@given(kinds=st.lists(st.sampled_from(STEP_KINDS), min_size=1, max_size=5))
+def test_one_batch_loaded_twice_is_never_flagged(kinds):
+    """Emulation: nothing differs between two captures of the same batch, NaN and temporaries included."""
+    b = Batch("cpu")
+    found = c2.audit(generated_step(kinds, b), [lambda: b.load(1), lambda: b.load(1)], backend=EMULATE)
+    assert found.ok, found
+
+
+@settings(max_examples=15, deadline=None)
+@given(kinds=st.lists(st.sampled_from(STEP_KINDS), min_size=1, max_size=5))
+def test_a_loop_over_the_requests_is_flagged_once_and_nothing_else(kinds):
+    """Emulation: two requests, then three: the loops' extra launches are one flag; no temporary,
+    value or address around them is flagged."""
+    b = Batch("cpu")
+    found = c2.audit(generated_step(kinds, b), [lambda: b.load(0), lambda: b.load(1)], backend=EMULATE)
+    if "loop" not in kinds:
+        assert found.ok, found
+        return
+    (flag,) = found.flags
+    loops = kinds.count("loop")
+    assert (flag.what, flag.op, flag.values) == ("launches", "_scale_slots", (
+        f"{2 * loops} time(s)", f"{3 * loops} time(s)"))

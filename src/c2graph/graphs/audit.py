@@ -288,52 +288,69 @@ def compare(captures: list[CaptureRecord]) -> list[Flag]:
                      (refused.refused,), refused.refused_code, stack=refused.refused_stack)]
     first = captures[0].flat()
     pairings: list[dict[int, OpRecord]] = []  # per later capture: index of a record in capture 1 -> its match
-    extra: dict[str, OpRecord] = {}  # ops or kernels that some capture launches more or less often
+    extra: dict[tuple, OpRecord] = {}  # ops or kernels that some capture launches more or less often, by line
     for other in (c.flat() for c in captures[1:]):
         pairs = {}
         for a, b in _aligned(first, other):
             if a is not None and b is not None:
                 pairs[a.index] = b
             elif (a or b).launches:
-                extra.setdefault((a or b).op, a or b)
+                extra.setdefault(_issued(a or b), a or b)
         pairings.append(pairs)
     flags = []
     for a in first:
         records = [a, *(pairs.get(a.index) for pairs in pairings)]
         if None not in records:
             flags += _differences(records, [None, *pairings])
-    for op, r in extra.items():
-        counts = tuple(sum(x.op == op for x in c.flat()) for c in captures)
-        flags.append(Flag(r.where, op, "launches", "launches", tuple(f"{n} time(s)" for n in counts), r.code,
+    for issued, r in extra.items():
+        counts = tuple(sum(_issued(x) == issued for x in c.flat()) for c in captures)
+        flags.append(Flag(r.where, r.op, "launches", "launches", tuple(f"{n} time(s)" for n in counts), r.code,
                           stack=r.stack))
     return flags
 
 
+def _issued(r: OpRecord) -> tuple[str, str]:
+    """What a record launches and the lines that launched it: how records of two captures are matched."""
+    return r.op, r.where
+
+
 def _aligned(first: list[OpRecord], other: list[OpRecord]) -> list[tuple[OpRecord | None, OpRecord | None]]:
-    """The records of two captures side by side, matched by op (``None`` across from a record the
-    other capture lacks). Of a run of launches of one op that one capture repeats more often (a
-    loop over the requests), the first ones are matched and the last ones left over."""
-    aligned: list[list[OpRecord | None]] = []
-    blocks = SequenceMatcher(None, [r.op for r in first], [r.op for r in other], autojunk=False)
+    """The records of two captures side by side (``None`` across from a record the other capture
+    lacks), matched by runs: consecutive records of one op issued by the same lines. Runs are
+    matched in order; two matched runs of one length record by record, in order; runs of
+    different lengths (a loop over the requests, or loops in a loop) first where the values they
+    froze are the same (the same request), then in order."""
+    runs_a, runs_b = _runs(first), _runs(other)
+    aligned: list[tuple[OpRecord | None, OpRecord | None]] = []
+    blocks = SequenceMatcher(None, [_issued(r[0]) for r in runs_a], [_issued(r[0]) for r in runs_b], autojunk=False)
     for tag, i1, i2, j1, j2 in blocks.get_opcodes():
         if tag == "equal":
-            aligned += [[a, b] for a, b in zip(first[i1:i2], other[j1:j2])]
+            for run_a, run_b in zip(runs_a[i1:i2], runs_b[j1:j2]):
+                aligned += _in_order(run_a, run_b) if len(run_a) == len(run_b) else _by_values(run_a, run_b)
         else:
-            aligned += [[a, None] for a in first[i1:i2]] + [[None, b] for b in other[j1:j2]]
-    moved = True
-    while moved:  # slide each record left over past the matched records of its own op that follow it
-        moved = False
-        for k in range(len(aligned) - 1):
-            (a, b), pair = aligned[k], aligned[k + 1]
-            if None in pair or (a is None) == (b is None) or pair[a is None].op != (a or b).op:
-                continue
-            # the record left over takes the match; the matched one of its capture is left over instead
-            if b is None:
-                aligned[k], aligned[k + 1] = [a, pair[1]], [pair[0], None]
-            else:
-                aligned[k], aligned[k + 1] = [pair[0], b], [None, pair[1]]
-            moved = True
-    return [(a, b) for a, b in aligned]
+            aligned += _in_order([r for run in runs_a[i1:i2] for r in run], [])
+            aligned += _in_order([], [r for run in runs_b[j1:j2] for r in run])
+    return aligned
+
+
+def _runs(records: list[OpRecord]) -> list[list[OpRecord]]:
+    """``records`` cut into runs of consecutive records of one op issued by the same lines."""
+    return [list(run) for _, run in itertools.groupby(records, key=_issued)]
+
+
+def _in_order(a: list[OpRecord], b: list[OpRecord]) -> list[tuple[OpRecord | None, OpRecord | None]]:
+    """``a`` and ``b`` matched in order; the longer one's last records left over."""
+    n = min(len(a), len(b))
+    return [*zip(a[:n], b[:n]), *((r, None) for r in a[n:]), *((None, r) for r in b[n:])]
+
+
+def _by_values(a: list[OpRecord], b: list[OpRecord]) -> list[tuple[OpRecord | None, OpRecord | None]]:
+    """Two runs of one op and line: records that froze the same values matched first, the rest in order."""
+    frozen = [[repr(r.scalars) for r in run] for run in (a, b)]
+    out: list[tuple[OpRecord | None, OpRecord | None]] = []
+    for _, i1, i2, j1, j2 in SequenceMatcher(None, *frozen, autojunk=False).get_opcodes():
+        out += _in_order(a[i1:i2], b[j1:j2])
+    return out
 
 
 def _differences(records: list[OpRecord], pairings: list[dict[int, OpRecord] | None]) -> list[Flag]:
