@@ -286,6 +286,7 @@ def test_graph_audit_is_one_capture_and_says_why_a_capture_was_refused(backend):
             x.tolist()
     record = g.audit()
     assert [r.op for r in record.nodes()] == ["aten.mul_.Tensor"] and record.refused.startswith(HOST_COPY)
+    assert not record.raised
     assert record.refused_code == "x.tolist()" and "in test_graph_audit_is_one" in record.refused_where
     assert "capture refused at test_audit.py:" in record.table()
 

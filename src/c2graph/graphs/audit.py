@@ -107,7 +107,8 @@ class GraphAudit:
 
     @property
     def refused(self) -> str | None:
-        """The first refused capture's error, or ``None``."""
+        """Why the first failed capture failed (a refusal in CUDA's or torch's words, or the step's
+        own error with its type, ``"ValueError: ..."``), or ``None``."""
         return next((c.refused for c in self.captures if c.refused), None)
 
     def nodes(self) -> list[OpRecord]:
