@@ -325,17 +325,38 @@ def test_host_reads_after_capture_are_fine(backend):
     assert "tensor" in repr(y) and torch.tensor([1, 2], device=dev).tolist() == [1, 2]
 
 
-def test_bad_backend():
+def test_bad_backend_and_pool():
     with pytest.raises(ValueError, match="backend = 'gpu'"):
         Graph("gpu")
+    for pool in ("pool", (1,), (0, 1.5), Graph(EMULATE)):
+        with pytest.raises(ValueError, match="^pool = .*; expected None or a memory-pool handle"):
+            Graph(EMULATE, pool=pool)
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="torch.cuda.is_available"):
             Graph("cuda")
 
 
-def test_bad_warmup_iters():
-    with pytest.raises(ValueError, match="iters = -1"):
-        warmup(lambda: None, -1)
+def test_bad_warmup_iters_and_record_are_refused_before_anything_runs():
+    calls = []
+    step = lambda: calls.append(1)  # noqa: E731
+    with pytest.raises(ValueError, match="iters = -1; expected an int >= 0"):
+        warmup(step, -1)
+    for bad in (True, False, 2.0, "2", None):
+        with pytest.raises(TypeError, match=f"^iters = {bad!r}; expected an int >= 0"):
+            warmup(step, iters=bad)
+    g = Graph(EMULATE)
+    with pytest.raises(TypeError, match="^warmup_iters = True; expected an int >= 0, a number of eager calls"):
+        g.capture_fn(step, warmup_iters=True)
+    with pytest.raises(ValueError, match="^warmup_iters = -2; "):
+        g.capture_fn(step, warmup_iters=-2)
+    with pytest.raises(TypeError, match="^record = 'yes'; expected True"):
+        with g.capture(record="yes"):
+            step()
+    with pytest.raises(TypeError, match="^fn is a int; expected a callable with no arguments"):
+        g.capture_fn(3)
+    with pytest.raises(TypeError, match="^fn is a NoneType; expected a callable"):
+        warmup(None, 1)
+    assert calls == [] and repr(g) == "Graph(backend='emulate', state='new')"
 
 
 def test_audit_lists_what_the_capture_froze_and_read_by_address(backend):

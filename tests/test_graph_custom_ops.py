@@ -63,9 +63,17 @@ def double_rows_torch_(x: torch.Tensor) -> None:
 
 @torch.library.custom_op("c2graph_test::pointer_only_", mutates_args=("x",))
 def pointer_only_(x: torch.Tensor) -> None:
-    """Reads ``x``'s pointer, then ``x += 1`` with a torch op: no Triton launch."""
+    """Reads ``x``'s pointer and records no work: the shape of a kernel launched through a raw pointer."""
     assert x.data_ptr() != 0
-    x.add_(1)
+
+
+PLANS: dict[int, float] = {}  # a plan cache keyed by an input's address, as a launcher keeps one
+
+
+@torch.library.custom_op("c2graph_test::add_planned_", mutates_args=("x",))
+def add_planned_(x: torch.Tensor) -> None:
+    """``x += plan``, the plan looked up by ``x.data_ptr()`` (made on the first call)."""
+    x.add_(PLANS.setdefault(x.data_ptr(), 1.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,18 +143,31 @@ def test_op_python_never_runs_on_replay(backend, body):
     assert HOST["calls"] == 2
 
 
-def test_raw_pointer_outside_a_launch_is_refused():
-    """Emulation only: memory reached through a raw pointer is invisible to it.
+def test_a_plan_cache_keyed_by_data_ptr_is_captured(backend):
+    """``data_ptr()`` is no host sync: a CUDA capture allows it, in the caller's code and in an op's body."""
+    dev = device_of(backend)
+    x = torch.zeros(4, device=dev)
+    cache: dict[int, float] = {}
 
-    A CUDA capture records whatever kernel the pointer is handed to; the emulation could not
-    replay it, so it refuses ``data_ptr()`` outside a custom op or a Triton launch, and a custom
-    op that reads pointers but makes no Triton launch.
+    def step():
+        scale = cache.setdefault(x.data_ptr(), 2.0)  # a plan cache keyed by the input's address
+        x.mul_(scale).add_(1.0)
+        add_planned_(x)
+
+    g = Graph(backend)
+    g.capture_fn(step, warmup_iters=1)  # the warm-up: x == 2
+    g.replay()
+    assert x.tolist() == [6.0] * 4 and list(cache) == [x.data_ptr()] and x.data_ptr() in PLANS
+
+
+def test_raw_pointer_work_the_emulation_cannot_see_is_refused():
+    """Emulation only: a custom op that reads pointers and records no work.
+
+    A CUDA capture records whatever kernel the pointer is handed to; the emulation cannot see
+    such a kernel, and replay would skip it, so it refuses the op.
     """
     x = torch.zeros(4)
-    with pytest.raises(RuntimeError, match="raw pointer"):
-        with Graph(EMULATE).capture():
-            x.data_ptr()
-    with pytest.raises(RuntimeError, match="made no Triton launch"):
+    with pytest.raises(RuntimeError, match="read raw pointers .* and recorded no work"):
         with Graph(EMULATE).capture():
             pointer_only_(x)
     assert x.tolist() == [0.0] * 4

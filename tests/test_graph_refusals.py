@@ -141,6 +141,8 @@ def test_uncaught_host_sync_escapes_as_901(backend, name, where):
             _host_read(name, where, s)
     assert str(escaped.value).startswith(PREVIOUS_ERROR)
     assert SYNC_900 in str(escaped.value.__context__)  # the first error is chained, not lost
+    record = g.audit()  # the capture's own refusal, said in CUDA's words, at the line that made it
+    assert not record.raised and record.refused == NOT_PERMITTED and record.refused_where != "the end of the capture"
     with pytest.raises(RuntimeError, match="capture failed"):
         g.replay()
 
@@ -259,6 +261,9 @@ def test_unrelated_error_fails_the_graph(backend):
             x.mul_(2)
             raise ValueError("boom")
     assert x.tolist() == [1.0, 1.0]
+    record = g.audit()  # the step's own error, by its type and line: no refusal of the capture
+    assert record.raised and record.refused == "ValueError: boom" and record.refused_code == 'raise ValueError("boom")'
+    assert record.refused_where.startswith("test_graph_refusals.py:") and "capture failed" in record.table()
     with pytest.raises(RuntimeError, match="capture failed"):
         g.replay()
 

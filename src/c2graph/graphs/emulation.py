@@ -30,6 +30,17 @@ What it reproduces
 - **Random ops** (tag ``nondeterministic_seeded``) draw from the graph's own generator state,
   forked from torch's default CPU generator when capture begins: each replay draws fresh
   numbers, as a CUDA graph does.
+- **Asking whether a capture is on.** ``torch.cuda.is_current_stream_capturing()`` is ``True``
+  in the thread of an emulated capture, as in a CUDA capture (a guard on it works); elsewhere it
+  is torch's answer, ``False`` on a machine without CUDA (where torch itself would raise). This
+  package answers it for torch: importing it replaces ``torch.cuda.is_current_stream_capturing``
+  (and ``torch.cuda.graphs.is_current_stream_capturing``) with that function.
+- **Pointers.** Reading ``data_ptr()`` is allowed, as under CUDA (it is no host sync): a plan
+  cache keyed by addresses works.
+- **Threads.** A capture records and refuses the work of its own thread: ops through a dispatch
+  mode and a function mode (torch keeps both per thread), Triton launches through the launcher
+  (:mod:`c2graph.graphs.triton_launches`); another thread's work runs eagerly, as it would
+  without the capture, and its writes stay.
 - Capture runs in the caller's grad mode; replay runs under ``torch.inference_mode()``, so it
   can write tensors made in inference mode as well as ordinary ones.
 
@@ -37,10 +48,15 @@ What it does not reproduce
 --------------------------
 - Memory pools, streams and kernel-level concurrency, launch cost and timing. Replay allocates
   temporaries for out-of-place ops, where a CUDA graph allocates nothing.
-- Work it cannot see: it records torch ops and Triton launches. Reading ``data_ptr()`` outside a
-  custom op is refused, and so is a custom op whose body reads pointers but makes no Triton
-  launch: memory reached through a raw pointer is invisible, and replay would skip that work.
-  An op from a C++ extension is recorded by the torch ops it dispatches, not its own kernels.
+- Work it cannot see: it records torch ops and Triton launches. A kernel launched through raw
+  pointers (``data_ptr()`` handed to a C++ extension or ``ctypes``) is invisible, and replay
+  skips it; a custom op whose body reads pointers and records no work at all is refused, as that
+  is the shape of such a launch. An op from a C++ extension is recorded by the torch ops it
+  dispatches, not its own kernels.
+- A tensor that the capture writes and another thread writes during it: the capture gives it
+  its bytes from before the capture when it ends, the other thread's write included. The random
+  stream of a graph is swapped into torch's default CPU generator around each random op, so
+  another thread drawing at that very moment draws from it.
 - Host tensors beside device ones: every tensor here stands for a device tensor. A CPU scalar
   tensor in a CUDA op (``x * torch.tensor(2.0)``) is read by CUDA at capture and frozen as a
   number; the emulation reads it afresh at every replay.
@@ -58,6 +74,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -65,9 +82,23 @@ import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from ..measure.opcount import tensors_in
-from .op_record import LAUNCH, OpRecord, Recording
+from .op_record import OpRecord, Recording
 from .refusals import PREVIOUS_ERROR, CaptureState, HostGuard
 from .triton_launches import python_modes_off
+
+
+_THIS_THREAD = threading.local()  # .capturing: whether this thread is in an emulated capture
+_torch_is_current_stream_capturing = torch.cuda.is_current_stream_capturing
+
+
+def is_current_stream_capturing() -> bool:
+    """``True`` in the thread of an emulated capture; elsewhere torch's answer (``False`` without CUDA)."""
+    if getattr(_THIS_THREAD, "capturing", False):
+        return True
+    return torch.cuda.is_available() and _torch_is_current_stream_capturing()
+
+
+torch.cuda.is_current_stream_capturing = torch.cuda.graphs.is_current_stream_capturing = is_current_stream_capturing
 
 
 class EmulatedGraph:
@@ -80,10 +111,12 @@ class EmulatedGraph:
     def capturing(self, labels: dict[str, torch.Tensor] | None, stop):
         """Record the ``with`` block (``labels`` and ``stop`` as in :class:`Recording`); yields the record."""
         capture = _Capture(labels or {}, stop)
+        _THIS_THREAD.capturing = True
         try:
             with HostGuard(capture.state), capture.active() as record:
                 yield record
         finally:
+            _THIS_THREAD.capturing = False
             capture.restore_written()
             if capture.state.failed:
                 raise RuntimeError(PREVIOUS_ERROR)
@@ -147,14 +180,14 @@ class _Capture(Recording):
     @contextlib.contextmanager
     def body_guard(self, func, args, kwargs, body: list):
         self.save_before_write(_written(func, args, kwargs))
-        guard = HostGuard(self.state, in_op=True)
+        guard = HostGuard(self.state)
         with guard:
             yield
-        if guard.pointer_reads and not any(r.kind == LAUNCH for r in body):
+        if guard.pointer_reads and not any(r.launches for record in body for r in record.flat()):
             raise RuntimeError(
-                f"{func} read raw pointers (data_ptr()) inside an emulated capture but made no Triton "
-                "launch: work launched through raw pointers is invisible to the emulation, and replay "
-                "would skip it. Launch the kernel with Triton inside the custom op."
+                f"{func} read raw pointers (data_ptr()) inside an emulated capture and recorded no work: "
+                "a kernel launched through raw pointers is invisible to the emulation, and replay would "
+                "skip it. Launch the kernel with Triton inside the custom op."
             )
 
     def before_launch(self, tensors: list[torch.Tensor]) -> None:

@@ -15,6 +15,11 @@ the notebooks show on a laptop what a capture freezes and what it refuses.
 
 - What a capture refuses, on CUDA and in the emulation, with the same texts
   (:data:`NOT_PERMITTED`, :data:`PREVIOUS_ERROR`, :data:`UNPINNED_COPY`): :mod:`c2graph.graphs.refusals`.
+- Threads: a capture records the work of its own thread only; another thread's ops and Triton
+  launches run eagerly, neither recorded nor refused (on CUDA the capture is begun in
+  ``capture_error_mode="thread_local"``). One capture at a time: a capture inside another, or
+  while another thread captures, is refused before anything changes (:mod:`c2graph.graphs.refusals`
+  says why).
 - What the emulation reproduces and what it does not: :mod:`c2graph.graphs.emulation`.
 - What a capture recorded (:meth:`Graph.audit`; the emulation replays the same record):
   :mod:`c2graph.graphs.op_record`; what differs between captures of one step: :func:`c2graph.audit`.
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import threading
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +47,7 @@ import torch
 from .cuda_nodes import graph_nodes
 from .emulation import EmulatedGraph
 from .op_record import CaptureRecord, Recording, check_labels, entering_frame
-from .refusals import NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
+from .refusals import CONCURRENT_CAPTURE, NESTED_CAPTURE, NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
 
 __all__ = ["BACKENDS", "Graph", "NOT_PERMITTED", "PREVIOUS_ERROR", "UNPINNED_COPY", "default_backend", "warmup"]
 
@@ -60,8 +66,8 @@ def warmup(fn: Callable[[], Any], iters: int = 2) -> None:
     capture (torch's CUDA-graph notes; SGLang warms up twice). On CUDA the calls run on a side
     stream that waits for the current one, and the current stream then waits for them.
     """
-    if not isinstance(iters, int) or iters < 0:
-        raise ValueError(f"iters = {iters!r}; expected an int >= 0")
+    check_step(fn, "fn")
+    check_iters(iters, "iters")
     if not torch.cuda.is_available():
         for _ in range(iters):
             fn()
@@ -72,6 +78,43 @@ def warmup(fn: Callable[[], Any], iters: int = 2) -> None:
         for _ in range(iters):
             fn()
     torch.cuda.current_stream().wait_stream(side)
+
+
+def check_step(fn, name: str) -> None:
+    """``TypeError`` unless ``fn`` (given as the argument ``name``) is callable."""
+    if not callable(fn):
+        raise TypeError(f"{name} is a {type(fn).__name__}; expected a callable with no arguments")
+
+
+def check_iters(value, name: str) -> None:
+    """A number of warm-up calls: an int >= 0 (``TypeError`` for a bool or another type,
+    ``ValueError`` for a negative int), ``name`` being the argument it was given as."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} = {value!r}; expected an int >= 0, a number of eager calls (a bool is not one)")
+    if value < 0:
+        raise ValueError(f"{name} = {value!r}; expected an int >= 0, a number of eager calls")
+
+
+_CAPTURING: dict[int, str] = {}  # the thread capturing now (its ident -> its name): one at a time
+_CAPTURING_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _one_capture_at_a_time():
+    """Hold the process's one capture for the ``with`` block; refused inside another capture of
+    this thread (:data:`NESTED_CAPTURE`) or while another thread captures (:data:`CONCURRENT_CAPTURE`)."""
+    me = threading.get_ident()
+    with _CAPTURING_LOCK:
+        if me in _CAPTURING:
+            raise RuntimeError(NESTED_CAPTURE)
+        if _CAPTURING:
+            raise RuntimeError(CONCURRENT_CAPTURE.format(thread=next(iter(_CAPTURING.values()))))
+        _CAPTURING[me] = threading.current_thread().name
+    try:
+        yield
+    finally:
+        with _CAPTURING_LOCK:
+            del _CAPTURING[me]
 
 
 class Graph:
@@ -94,6 +137,10 @@ class Graph:
             raise ValueError(f"backend = {backend!r}; expected 'cuda', 'emulate' or None (CUDA when available)")
         if backend == "cuda" and not torch.cuda.is_available():
             raise ValueError("backend = 'cuda' but torch.cuda.is_available() is False; expected 'emulate' or None")
+        if pool is not None and not (isinstance(pool, tuple) and len(pool) == 2
+                                     and all(isinstance(p, int) and not isinstance(p, bool) for p in pool)):
+            raise ValueError(f"pool = {pool!r}; expected None or a memory-pool handle: other.pool() of an earlier "
+                             "graph, or torch.cuda.graph_pool_handle()")
         self.backend = backend
         self._impl = _CudaGraph(pool) if backend == "cuda" else EmulatedGraph()
         self._state = "new"
@@ -104,7 +151,8 @@ class Graph:
 
     @contextlib.contextmanager
     def capture(self, labels: dict[str, torch.Tensor] | None = None, *, record: bool = True):
-        """Record the work of the ``with`` block without launching it. Raises on a second capture.
+        """Record the work of the ``with`` block without launching it. Raises on a second capture,
+        inside another capture, and while another thread captures (one capture at a time).
 
         If anything escapes the block, the graph is marked failed and cannot be replayed. What the
         block issues (ops, Triton launches) is recorded for :meth:`audit`; ``labels`` names
@@ -117,26 +165,31 @@ class Graph:
         it off. (The emulation replays its record, so it makes one all the same.)
         """
         labels = check_labels(labels)
+        if not isinstance(record, bool):
+            raise TypeError(f"record = {record!r}; expected True (keep the capture's record) or False")
         if self._state != "new":
             raise RuntimeError(f"this Graph is {self._state}; a Graph is captured once: make a new Graph")
-        self._state = "capturing"
-        stop = entering_frame()
-        try:
-            with _no_automatic_garbage_collection(), self._impl.capturing(labels if record else None, stop) as made:
-                self._record = made if record else None
-                yield
-        except BaseException as error:
-            self._state = "failed"
-            if self._record is not None:
-                self._record.refuse(error, stop)
-            raise
-        self._state = "captured"
+        with _one_capture_at_a_time():
+            self._state = "capturing"
+            stop = entering_frame()
+            try:
+                with _no_automatic_garbage_collection(), self._impl.capturing(labels if record else None, stop) as made:
+                    self._record = made if record else None
+                    yield
+            except BaseException as error:
+                self._state = "failed"
+                if self._record is not None:
+                    self._record.refuse(error, stop)
+                raise
+            self._state = "captured"
 
     def capture_fn(self, fn: Callable[[], Any], warmup_iters: int = 2, *, record: bool = True) -> Any:
         """:func:`warmup` ``fn``, then capture one call of it (``record`` as in :meth:`capture`).
 
         Returns what the captured call returned: the static outputs that each replay overwrites.
         """
+        check_step(fn, "fn")
+        check_iters(warmup_iters, "warmup_iters")
         warmup(fn, warmup_iters)
         with self.capture(record=record):
             out = fn()
@@ -224,9 +277,12 @@ class _CudaGraph:
         # torch warns "The CUDA Graph is empty ... wrong device or stream" when a capture ends with
         # no node. The stream here is always the graph's own: a graph is empty because its capture
         # recorded nothing (mostly one that failed first, and said why), as the emulation is silent.
+        # thread_local: only this thread's unsafe calls fail the capture, not another thread's
+        # eager work (the emulation, whose refusals are this thread's, does the same).
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
-            with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream):
+            with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream,
+                                  capture_error_mode="thread_local"):
                 recording = contextlib.nullcontext() if labels is None else Recording(labels, stop).active()
                 with recording as record:
                     yield record

@@ -8,12 +8,15 @@ launcher, wrapped for the capture (:mod:`c2graph.graphs.triton_launches`), sees 
 ``kernel[grid](...)``, which never passes through torch's dispatcher.
 
 Each :class:`OpRecord` holds the op's or kernel's name; every argument that is not a tensor, by
-value (a Python int, a list of sizes, a constexpr, a launch's grid); every tensor argument by
-address and shape (:class:`TensorArg`), named after the ``labels`` it lies in (``"pos[:16]"``),
-the earlier op that made it (``"temporary of op 3"``) or the Python number lifted into it; the
-records of a custom op's body; and ``where``, the line of the captured code that issued it
-(``"model.py:42 in forward"``): its innermost frame outside this package, torch and Triton, or
-its innermost line in the package where all of the captured code is the package's own.
+value (a Python int, a list of sizes, a constexpr, a launch's grid, a random generator by its
+seed); every tensor argument by address and shape (:class:`TensorArg`), named after the
+``labels`` it lies in (``"pos[:16]"``), the earlier op that made it (``"temporary of op 3"``) or
+the Python number lifted into it; the records of a custom op's body; and ``where``, the lines of
+the captured code that issued it, from the launch outward (``"model.py:42 in forward, called from
+serve.py:7 in step"``): every frame of the captured code outside this package, torch and Triton,
+or the innermost line in the package where all of the captured code is the package's own. A line
+of a notebook reads ``"cell 12, line 3 in step"``, 12 being the number Jupyter shows beside the
+cell (its execution count).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 from torch.utils._pytree import tree_leaves
 
 from ..measure.opcount import launches_kernel, tensors_in
+from .refusals import PREVIOUS_ERROR, is_refusal
 from .triton_launches import grid_meta, kernel_name, launches_seen_by, python_modes_off
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -63,10 +67,24 @@ class TensorArg:
 
 
 @dataclass(frozen=True)
+class GeneratorArg:
+    """A random generator handed to an op, by the seed it was last seeded with."""
+
+    seed: int
+
+    def __str__(self) -> str:
+        return f"a torch.Generator seeded with {self.seed}"
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True)
 class OpRecord:
     """One op, custom op or Triton launch of a capture. ``launches``: whether it is work of the
     graph (not a view, an allocation, or a custom op whose body launched nothing); ``body``: a
-    custom op's records; ``replay``: the emulation's relaunch of it (``None`` on CUDA)."""
+    custom op's records; ``replay``: the emulation's relaunch of it (``None`` on CUDA); ``where``:
+    every line of the captured code that issued it, innermost first (``stack``: each one's
+    ``(where, code)``), ``code``: the innermost line's source."""
 
     index: int
     op: str
@@ -76,6 +94,7 @@ class OpRecord:
     tensors: tuple[TensorArg, ...]
     where: str
     code: str
+    stack: tuple[tuple[str, str], ...]
     body: tuple[OpRecord, ...] = ()
     replay: Callable[[], object] | None = field(default=None, repr=False, compare=False)
 
@@ -98,13 +117,18 @@ class OpRecord:
 
 @dataclass
 class CaptureRecord:
-    """Everything one capture recorded, in order; where it was refused, ``refused`` (its error's
-    first line), ``refused_where`` and ``refused_code`` (the line of the captured code)."""
+    """Everything one capture recorded, in order. Where the capture failed, ``refused``: the
+    capture's own refusal (its first line, in CUDA's or torch's words), or an error the captured
+    code raised, by its type (``"ValueError: ..."``, with ``raised`` True); ``refused_where`` and
+    ``refused_code``: the lines of the captured code it came from (``refused_stack``: each one's
+    ``(where, code)``)."""
 
     records: list[OpRecord]
     refused: str | None = None
     refused_where: str = ""
     refused_code: str = ""
+    refused_stack: tuple[tuple[str, str], ...] = ()
+    raised: bool = False
 
     def flat(self) -> list[OpRecord]:
         """Every record, bodies included, in capture order."""
@@ -115,20 +139,24 @@ class CaptureRecord:
         return [r for r in self.records if r.launches]
 
     def refuse(self, error: BaseException, stop) -> None:
-        """Note why the capture failed and where: ``error``, or the error it was raised during
-        (the first one the captured code raised); ``stop``: the frame that entered the capture."""
-        for e in (error.__context__, error):
-            if e is not None:
-                self.refused_where, self.refused_code = locate(reversed(list(traceback.walk_tb(e.__traceback__))), stop)
-                if self.refused_where:
-                    break
-        self.refused = (str(e) or type(e).__name__).splitlines()[0]
+        """Note why the capture failed and where: ``error``, or the error the end of the capture
+        reports (:data:`PREVIOUS_ERROR`) was raised during; ``stop``: the frame that entered the capture."""
+        if str(error).startswith(PREVIOUS_ERROR) and error.__context__ is not None:
+            error = error.__context__
+        frames = reversed(list(traceback.walk_tb(error.__traceback__)))
+        self.refused_where, self.refused_code, self.refused_stack = locate(frames, stop)
+        self.raised = not is_refusal(error)
+        text = (str(error).splitlines() or [""])[0]
+        name = type(error).__name__
+        self.refused = (f"{name}: {text}" if text else name) if self.raised else text
         self.refused_where = self.refused_where or "the end of the capture"
 
     def table(self, *, limit: int | None = 12) -> str:
         """Per record that is work of the graph: what it froze, read and wrote (``limit``: how many; ``None``: all)."""
+        check_limit(limit)
         if self.refused:
-            return f"capture refused at {self.refused_where}: {self.refused}\n    {self.refused_code}"
+            how = "failed: the captured code raised" if self.raised else "refused"
+            return f"capture {how} at {self.refused_where}: {self.refused}\n    {self.refused_code}"
         nodes = self.nodes()
         lines = [line for r in nodes[:limit] for line in record_lines(r, {})]
         if limit is not None and len(nodes) > limit:
@@ -150,6 +178,12 @@ def record_lines(r: OpRecord, marks: dict[str, str]) -> list[str]:
         if tensors:
             out.append(f"    {word} " + ", ".join(f"{t}{mark.get(t.name, '')}" for t in tensors))
     return out
+
+
+def check_limit(limit) -> None:
+    """How many records a table shows: an int >= 0, or ``None`` for all (``ValueError`` otherwise)."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit = {limit!r}; expected an int >= 0 (how many records to show), or None for all")
 
 
 def check_labels(labels) -> dict[str, torch.Tensor]:
@@ -185,7 +219,7 @@ class Recording:
         self.stop = stop
         self._sinks = [self.record.records]  # where records go: the innermost custom op's body
         self._count = 0
-        self._made: dict[int, str] = {}  # storage address -> "temporary of op i"
+        self._made: dict[int, tuple[int, int]] = {}  # storage address -> (index of the op that made it, output)
         self._numbers: dict[int, object] = {}  # storage address -> the Python number it holds
         self._labels = [(name, t, _storage(t), _byte_range(t)) for name, t in labels.items()]
 
@@ -231,7 +265,7 @@ class Recording:
                           for t in tree_leaves(out))
             for k, t in enumerate(fresh):
                 if t is not None and _storage(t):
-                    self._made[_storage(t)] = f"temporary of op {index}" + (f" (output {k})" if k else "")
+                    self._made[_storage(t)] = (index, k)
         launches = launches_kernel(func) and (func._schema.is_mutable or any(t is not None for t in fresh))
         replay = self.replay(func, args, kwargs, fresh) if launches else None
         self._sinks[-1].append(OpRecord(index, str(func), "op", launches, scalars, tensors, *where, replay=replay))
@@ -272,7 +306,7 @@ class Recording:
                                         replay=replay))
         return out
 
-    def _start(self) -> tuple[int, tuple[str, str]]:
+    def _start(self) -> tuple[int, tuple[str, str, tuple]]:
         self._count += 1
         frame, frames = sys._getframe(1), []
         while frame is not None:
@@ -302,6 +336,8 @@ class Recording:
                                 for k, t in enumerate(leaves)]
                 elif _is_number(value):
                     scalars.append((arg.name, list(value) if isinstance(value, (list, tuple)) else value))
+                elif isinstance(value, torch.Generator):
+                    scalars.append((arg.name, GeneratorArg(value.initial_seed())))
         return tuple(scalars), tuple(tensors)
 
     def _tensor(self, name: str, t: torch.Tensor, written: bool | None) -> TensorArg:
@@ -315,8 +351,9 @@ class Recording:
         elif labelled:  # the smallest labelled tensor that holds it
             _, label, lt, l0 = min(labelled, key=lambda x: x[0])
             text, key = _view_text(label, lt, (b0 - l0) // t.element_size(), shape, stride), ("label", label, b0 - l0)
-        elif storage in self._made:
-            text, key = self._made[storage], ("made", self._made[storage], b0)
+        elif storage in self._made:  # told apart across captures by the place of the op that made it
+            op, k = self._made[storage]
+            text, key = f"temporary of op {op}" + (f" (output {k})" if k else ""), ("made", op, k, b0)
         else:
             text, key = f"an unlabelled tensor {list(shape)}", ("unlabelled", storage, b0)
         return TensorArg(name, written, text, (*key, shape, stride), shape, storage + b0)
@@ -326,23 +363,40 @@ class Recording:
 # Helpers
 
 
-def locate(frames, stop) -> tuple[str, str]:
-    """``("file.py:12 in step", the line's source)`` of the captured code: its innermost frame
-    outside this package, torch and Triton, else its innermost frame in the package (``("", "")``
-    where there is neither). ``frames``: ``(frame, line)`` pairs, innermost first; the captured
-    code ends at ``stop``, the frame that entered the capture."""
-    found = ("", "")
+def locate(frames, stop) -> tuple[str, str, tuple[tuple[str, str], ...]]:
+    """``(where, code, stack)`` of the captured code: ``stack``, ``(where, code)`` of each of its
+    frames outside this package, torch and Triton, innermost first, else of its innermost frame in
+    the package; ``where``, their places joined (``"a.py:3 in f, called from b.py:9 in g"``);
+    ``code``, the innermost line's source (``("", "", ())`` where there is no such frame).
+    ``frames``: ``(frame, line)`` pairs, innermost first; the captured code ends at ``stop``, the
+    frame that entered the capture."""
+    mine, package = [], []
     for frame, line in frames:
         path = frame.f_code.co_filename
         if not path.startswith(_LIBRARIES + _MACHINERY):
-            name = "cell" if "ipykernel_" in path or path.startswith("<ipython") else os.path.basename(path)
-            here = (f"{name}:{line} in {frame.f_code.co_name}", linecache.getline(path, line).strip())
-            if not path.startswith(_PACKAGE):
-                return here
-            found = found if found[0] else here
+            here = (f"{_place(path, line)} in {frame.f_code.co_name}", linecache.getline(path, line).strip())
+            (package if path.startswith(_PACKAGE) else mine).append(here)
         if frame is stop:
             break
-    return found
+    stack = tuple(mine or package[:1])
+    if not stack:
+        return "", "", ()
+    return ", called from ".join(w for w, _ in stack), stack[0][1], stack
+
+
+def _place(path: str, line: int) -> str:
+    """``"model.py:42"``; a notebook's cell in words: ``"cell 12, line 3"``, 12 being the number
+    Jupyter shows beside the cell (its execution count), or ``"a notebook cell, line 3"`` where
+    the cell was run without a number of its own (kept out of the history, as a test runner does)."""
+    if "ipykernel_" not in path and not path.startswith("<ipython"):
+        return f"{os.path.basename(path)}:{line}"
+    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+    number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
+    history = shell.user_ns.get("In", []) if shell is not None else []
+    if number is not None and number < len(history) and history[number].rstrip() == "".join(
+            linecache.getlines(path)).rstrip():
+        return f"cell {number}, line {line}"
+    return f"a notebook cell, line {line}"
 
 
 def entering_frame():

@@ -22,10 +22,24 @@ refused (CUDA's name nothing).
 
 Inside a custom op's body and in a launch's grid callable the same refusals hold, with the same
 texts: a launcher runs under the capture like any other Python. It may read what a launch needs
-and no tensor value: pointers (``data_ptr()``), sizes, strides, dtype, device, contiguity.
+and no tensor value: pointers (``data_ptr()``, anywhere in the captured code), sizes, strides,
+dtype, device, contiguity, and whether a capture is on (``torch.cuda.is_current_stream_capturing()``).
 
 In the emulation every tensor stands for a device tensor, so these refuse CPU tensors, though
 torch itself would not.
+
+**One capture at a time**, on either backend, refused by :class:`~c2graph.graphs.graph.Graph`
+before anything changes (the graph stays new, a capture in progress stays valid):
+
+- a capture begun inside another capture of the same thread (:data:`NESTED_CAPTURE`);
+- a capture begun while another thread captures (:data:`CONCURRENT_CAPTURE`). CUDA can capture
+  on two streams at once (in ``thread_local`` mode), but torch cannot: it begins every capture by
+  synchronizing the device, which invalidates a capture in progress in any thread, whatever its
+  mode (NVIDIA/TensorRT#2888), and its own notes allow one capture at a time.
+
+A capture's work stays in its thread: the ops and Triton launches of other threads are neither
+recorded nor refused (on CUDA the capture is begun in ``thread_local`` mode, so another thread's
+eager work, an allocation included, does not invalidate it).
 """
 
 from __future__ import annotations
@@ -40,6 +54,16 @@ PREVIOUS_ERROR = "CUDA error: operation failed due to a previous error during ca
 UNPINNED_COPY = (
     "Cannot copy between CPU and CUDA tensors during CUDA graph capture unless the CPU tensor "
     "is pinned. Please use tensor.pin_memory() or allocate the tensor with pin_memory=True."
+)
+NESTED_CAPTURE = (
+    "a capture inside another capture of this thread: a stream captures one graph at a time, and "
+    "torch begins a capture by synchronizing the device, which the capture in progress refuses. End "
+    "the first capture before beginning the next, or capture the inner work as part of the outer graph."
+)
+CONCURRENT_CAPTURE = (
+    "a capture while another thread ({thread}) is capturing: torch captures one graph at a time in a "
+    "process (it begins each capture by synchronizing the device, which would invalidate the other "
+    "thread's capture). Capture in turn: begin this one after the other thread's capture ends."
 )
 NO_NUMPY = (
     "can't convert cuda:0 device type tensor to numpy. "
@@ -105,26 +129,31 @@ def _bool_indices(indices) -> bool:
     return any(i is not None and i.dtype in (torch.bool, torch.uint8) for i in indices)
 
 
+def is_refusal(error: BaseException) -> bool:
+    """Whether ``error`` is a capture's own refusal (the texts above, CUDA's, torch's or this
+    package's), not an error of the captured code."""
+    texts = (NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY, NO_NUMPY, NESTED_CAPTURE,
+             CONCURRENT_CAPTURE.split("(")[0])  # its words before the thread's name
+    return str(error).startswith(texts)
+
+
 def host_copy_error(what: str) -> RuntimeError:
     """torch's own refusal of a pageable host copy during capture (the capture stays valid)."""
     return RuntimeError(f"{UNPINNED_COPY}\n(emulated capture: {what})")
 
 
 class HostGuard(TorchFunctionMode):
-    """The function half of an emulated capture: host reads, host-built tensors, raw pointers.
+    """The function half of an emulated capture: host reads and host-built tensors.
 
-    ``.tolist()``, ``.cpu()``, ``print``, ``.numpy()`` and ``.data_ptr()`` reach no ATen op (or
-    not one that says what they do), so they are caught here, above dispatch.
-
-    ``in_op``: the guard of a custom op's body, where ``data_ptr()`` is allowed (a launch needs
-    pointers) and counted in ``pointer_reads``. Outside an op it is refused: memory reached
-    through a raw pointer there is work the emulation cannot see.
+    ``.tolist()``, ``.cpu()``, ``print`` and ``.numpy()`` reach no ATen op (or not one that says
+    what they do), so they are caught here, above dispatch. ``.data_ptr()`` is allowed, as under
+    CUDA, and counted in ``pointer_reads`` (a custom op's body that reads pointers and records no
+    work launched through them: :mod:`c2graph.graphs.emulation`).
     """
 
-    def __init__(self, state: CaptureState, *, in_op: bool = False):
+    def __init__(self, state: CaptureState):
         super().__init__()
         self.state = state
-        self.in_op = in_op
         self.pointer_reads = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -141,13 +170,6 @@ class HostGuard(TorchFunctionMode):
         elif func in _TO_HOST or (func is torch.Tensor.to and _targets_host(args, kwargs)):
             raise host_copy_error(f"Tensor.{name} copies a device tensor to the host")
         elif func is torch.Tensor.data_ptr:
-            if not self.in_op:
-                raise RuntimeError(
-                    "Tensor.data_ptr() inside an emulated capture, outside any custom op or Triton "
-                    "launch: memory reached through a raw pointer is invisible to the emulation, and "
-                    "replay would skip that work. Launch the kernel with Triton, or register it as a "
-                    "custom op (torch.library.custom_op, with mutates_args naming what it writes)."
-                )
             self.pointer_reads += 1
         elif func in _FROM_HOST:
             position = _FROM_HOST[func]

@@ -7,15 +7,23 @@ kernel's ``add_pre_run_hook`` gets the arguments but not the grid. So a capture 
 launcher: ``kernel[grid](*args)`` calls ``kernel.run(*args, grid=grid, warmup=False)``, and
 autotuners and heuristics call the ``run`` of the kernel they wrap: ``JITFunction.run`` when
 Triton compiles (triton 3.6 as 3.9), ``InterpretedFunction.run`` under its interpreter. During a
-capture, on either backend, both hand each launch to the capture's
+capture, on either backend, both hand each launch *of the capturing thread* to the capture's
 :class:`~c2graph.graphs.op_record.Recording`, which evaluates the grid in the captured code (so
 a host read there is refused, as a capture refuses it), records the launch and runs it once.
+
+A capture stays in its thread, as a CUDA capture records only the work of its own stream: the
+recording a launch goes to is the launching thread's own (a thread-local), and a launch of any
+other thread goes straight to Triton, neither recorded nor run under the capture's rules. The
+wrapper is on the class (Triton keeps no per-thread launcher): it goes on when the first capture
+begins and comes off when the last one ends, on every exit, an exception or a
+``KeyboardInterrupt`` included.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import threading
 
 import torch
 from triton.runtime.interpreter import InterpretedFunction
@@ -45,23 +53,41 @@ def python_modes_off():
     return stack
 
 
+_WRAPPED = {"captures": 0, "originals": []}  # captures in progress; each class and its own launcher
+_WRAP_LOCK = threading.Lock()
+_THIS_THREAD = threading.local()  # .recording: the recording of this thread's capture, if any
+
+
+def _wrap(launcher):
+    """``launcher`` (a class's own ``run``), handing the launches of a capturing thread to its recording."""
+
+    def run(kernel, *args, grid, warmup, **kwargs):
+        recording = getattr(_THIS_THREAD, "recording", None)
+        if recording is None or warmup:  # another thread's launch, or a compile without launch
+            return launcher(kernel, *args, grid=grid, warmup=warmup, **kwargs)
+        return recording.launch(launcher, kernel, grid, args, kwargs)
+
+    return run
+
+
 @contextlib.contextmanager
 def launches_seen_by(recording):
-    """Hand every Triton launch of the ``with`` block to ``recording.launch(launcher, kernel, grid, args, kwargs)``."""
-    originals = [(cls, cls.__dict__["run"]) for cls in _KERNEL_CLASSES]
-
-    def wrap(launcher):
-        def run(kernel, *args, grid, warmup, **kwargs):
-            if warmup:  # compiles without launching: nothing to record
-                return launcher(kernel, *args, grid=grid, warmup=warmup, **kwargs)
-            return recording.launch(launcher, kernel, grid, args, kwargs)
-
-        return run
-
-    for cls, launcher in originals:
-        cls.run = wrap(launcher)
+    """Hand every Triton launch of this thread in the ``with`` block to ``recording.launch(launcher,
+    kernel, grid, args, kwargs)``; other threads' launches run as they would without it."""
+    with _WRAP_LOCK:
+        if _WRAPPED["captures"] == 0:
+            _WRAPPED["originals"] = [(cls, cls.__dict__["run"]) for cls in _KERNEL_CLASSES]
+            for cls, launcher in _WRAPPED["originals"]:
+                cls.run = _wrap(launcher)
+        _WRAPPED["captures"] += 1
+    outer = getattr(_THIS_THREAD, "recording", None)
+    _THIS_THREAD.recording = recording
     try:
         yield
     finally:
-        for cls, launcher in originals:
-            cls.run = launcher
+        _THIS_THREAD.recording = outer
+        with _WRAP_LOCK:
+            _WRAPPED["captures"] -= 1
+            if _WRAPPED["captures"] == 0:
+                for cls, launcher in _WRAPPED["originals"]:
+                    cls.run = launcher
