@@ -31,7 +31,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
-from ..measure.opcount import launches_kernel, tensors_in
+from .ops import launches_kernel, tensors_in
 from .triton_launches import grid_meta, kernel_name, launches_seen_by, python_modes_off
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
