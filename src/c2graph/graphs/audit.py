@@ -276,7 +276,7 @@ def audit_batch(runner, bucket: int) -> ExtendBatch:
 
 def audit_runner(runner, bucket: int) -> GraphAudit:
     """Audit the graph of ``bucket`` of a prefill graph runner (or a broken variant of one) with
-    :func:`audit`: the step is the runner's captured work (``runner._compress(bucket)``), loaded
+    :func:`audit`: the step is the runner's captured work (``runner.step(bucket)``), loaded
     first with the batch its graphs are captured with, then, as a replay refreshes its buffers,
     with :func:`audit_batch`."""
     if bucket not in runner.buckets:
@@ -290,8 +290,8 @@ def audit_runner(runner, bucket: int) -> GraphAudit:
              f"then {bucket - batch.live_rows} padding rows")
     name = type(runner).__name__ + (f" ({runner.variant})" if hasattr(runner, "variant") else "")
     title = f"audit of {name}, bucket {bucket}, {len(runner.layers)} layer(s): {runner.path} path"
-    found = audit(lambda: runner._compress(bucket), [lambda: runner._load_capture_batch(bucket),
-                                                     lambda: runner.refresh(batch, xs)], labels=runner_labels(runner))
+    found = audit(lambda: runner.step(bucket), [lambda: runner.load_capture_batch(bucket),
+                                                lambda: runner.refresh(batch, xs)], labels=runner_labels(runner))
     return replace(found, title=title, loads=loads)
 
 

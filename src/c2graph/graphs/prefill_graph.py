@@ -177,6 +177,14 @@ class PrefillGraphRunner:
             self._memory_pool = graph.pool()
         return graph
 
+    def step(self, bucket: int) -> None:
+        """Run, eagerly, the work the graph of ``bucket`` captures, over the static buffers as loaded."""
+        self._compress(bucket)
+
+    def load_capture_batch(self, bucket: int) -> None:
+        """Load the static buffers with the batch the graph of ``bucket`` is captured with."""
+        self._load_capture_batch(bucket)
+
     # -- replay -----------------------------------------------------------------------------
 
     def pick_bucket(self, rows: int) -> int | None:
