@@ -21,11 +21,11 @@ from .measure.traffic import minimum_bytes
 from .graphs.graph import Graph, warmup
 from .measure.opcount import count_cuda_kernels, count_ops
 from .compressor.pools import Pools
-from .graphs.prefill_graph import PrefillGraphRunner, PrefillStep
+from .prefill.runner import PrefillGraphRunner, PrefillStep
 from .compressor.req_to_token import ReqToTokenPool
 from .compressor.ring import new_ring, ring_row
 from .compressor.source_layer import SourceLayer, project, project_fused, split_projected
-from .compressor.static_batch import StaticBatch
+from .prefill.static_batch import StaticBatch
 from .compressor.torch_path import compress_torch
 from .compressor.compress import compress, layer_path, project_padded
 

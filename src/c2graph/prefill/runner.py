@@ -40,9 +40,9 @@ from ..compressor.model import check_layers_and_pools, one_layer
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
-from ..compressor.static_batch import StaticBatch
+from .static_batch import StaticBatch
 from ..compressor.torch_path import compress_torch
-from .graph import Graph, warmup
+from ..graphs.graph import Graph, warmup
 
 
 @dataclass
@@ -301,7 +301,7 @@ class PrefillGraphRunner:
     def audit(self, bucket: int):
         """What the graph of ``bucket`` froze from the batch: :func:`c2graph.audit` of its captured
         work over the dummy batch and a ragged one (:func:`~c2graph.graphs.audit.audit_runner`)."""
-        from .audit import audit_runner
+        from ..graphs.audit import audit_runner
 
         return audit_runner(self, bucket)
 
