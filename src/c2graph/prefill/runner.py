@@ -40,6 +40,7 @@ from ..compressor.model import check_layers_and_pools, one_layer
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
+from .runner_audit import audit_runner
 from .static_batch import StaticBatch
 from ..compressor.torch_path import compress_torch
 from ..graphs.graph import Graph, warmup
@@ -300,8 +301,6 @@ class PrefillGraphRunner:
 
     def audit(self, bucket: int):
         """What the graph of ``bucket`` froze from the batch: :func:`c2graph.audit` of its captured
-        work over the dummy batch and a ragged one (:func:`~c2graph.graphs.audit.audit_runner`)."""
-        from ..graphs.audit import audit_runner
-
+        work over the dummy batch and a ragged one (:func:`~c2graph.prefill.runner_audit.audit_runner`)."""
         return audit_runner(self, bucket)
 
