@@ -284,9 +284,6 @@ def main(argv: list[str] | None = None) -> int:
                      time_budget_s=args.time_budget_s, out=out)
     print(results_table(data))
     print(f"wrote {out}")
-    if not args.smoke:  # where one launch's time goes at 256 and 2048 rows, for notebook 05
-        from ..pictures.timeline import write_timeline
-        print("wrote " + ", ".join(map(str, write_timeline(out))))
     failed = [s for s in data["skipped"] if s["reason"].startswith("failed")]
     return 1 if failed else 0
 
