@@ -4,10 +4,11 @@ Importing the package decides how Triton runs: compiled on a CUDA machine, inter
 (``TRITON_INTERPRET=1``, set before Triton is imported) everywhere else. It prints nothing:
 ``c2graph.banner()`` says which machine this is, where a notebook wants to show it.
 
-The parts, one subpackage each: :mod:`c2graph.compressor` (the layer, the batch, the caches, the
-torch and fused paths), :mod:`c2graph.graphs` (capture, replay, the prefill graph runner),
-:mod:`c2graph.pictures` (drawings and the explorer), :mod:`c2graph.measure` (comparing,
-counting, benchmarking).
+The parts, one subpackage each, each building only on those before it: :mod:`c2graph.compressor`
+(the layer, the batch, the caches, the torch and fused paths), :mod:`c2graph.graphs` (capture and
+replay, the record, the audit), :mod:`c2graph.prefill` (the prefill graph runner and its static
+batch), :mod:`c2graph.measure` (comparing, counting, benchmarking), :mod:`c2graph.pictures`
+(drawings and the explorer), :mod:`c2graph.workshop` (the notebooks' exercises and checks).
 """
 
 from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  # noqa: I001  (first)
