@@ -91,12 +91,16 @@ def measure_timeline(rows=BENCH_ROWS, runs: int = 6) -> dict:
 
 def write_timeline(results_file: str | os.PathLike, rows=BENCH_ROWS, dpi: int = 150) -> list[Path]:
     """Measure the timelines (:func:`measure_timeline`, a CUDA device), with the fused path's graph
-    replay and the one-node graph's from ``results_file`` where it has them, store them beside it
-    (:func:`~c2graph.pictures.timeline.timeline_file`) and draw them there as a PNG; returns both paths."""
+    replay, the one-node graph's and the blocks that hold a group from ``results_file`` where it has
+    them, store them beside it (:func:`~c2graph.pictures.timeline.timeline_file`) and draw them there
+    as a PNG; returns both paths."""
     from c2graph.pictures.timeline import draw_timeline, timeline_file
 
     data = measure_timeline(rows)
     results = json.loads(Path(results_file).read_text()) if Path(results_file).exists() else {}
+    for c in results.get("cases", []):
+        if str(c["rows"]) in data["timelines"]:
+            data["timelines"][str(c["rows"])]["programs"] = c["programs"]
     for r in results.get("records", []):
         if r["path"] == "fused" and r["mode"] == "graph" and str(r["rows"]) in data["timelines"]:
             data["timelines"][str(r["rows"])]["replay_us"] = r["median_us"]
