@@ -121,6 +121,14 @@ def test_no_arrow_back_up():
     assert not up, f"imports against the order {' < '.join(LAYERS)}:\n" + "\n".join(up)
 
 
+def test_the_graph_toolkit_stands_alone():
+    """``graphs/`` is a general toolkit: it imports nothing of the package but itself and ``_runtime``."""
+    graph = import_graph()
+    outside = [f"{a} imports {b}" for a in sorted(graph) if a.startswith("c2graph.graphs")
+               for b in sorted(graph[a]) if not b.startswith(("c2graph.graphs", "c2graph._runtime"))]
+    assert not outside, "\n".join(outside)
+
+
 @pytest.mark.parametrize("name", sorted(modules()))
 def test_no_module_over_max_lines(name):
     lines = len(modules()[name].read_text().splitlines())
