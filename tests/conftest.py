@@ -9,6 +9,8 @@ test`` quick on a laptop. Every other property test sets its own count.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
@@ -16,3 +18,6 @@ settings.register_profile("ci", max_examples=200, deadline=None, suppress_health
                           print_blob=True)
 settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# The benchmark tools (``benchmarks/*.py``) are scripts, not a package: their tests import them by name.
+sys.path.append(str(Path(__file__).resolve().parents[1] / "benchmarks"))

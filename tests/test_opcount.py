@@ -6,7 +6,8 @@ import pytest
 import torch
 
 import c2graph as c2
-from c2graph.measure.opcount import count_cuda_kernels, count_ops, launches_kernel, op_bytes
+from c2graph.graphs.ops import launches_kernel
+from c2graph.measure.opcount import count_cuda_kernels, count_ops, op_bytes
 
 aten = torch.ops.aten
 

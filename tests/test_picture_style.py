@@ -18,7 +18,7 @@ from matplotlib.text import Text  # noqa: E402
 from support import make_case  # noqa: E402
 
 import c2graph as c2  # noqa: E402
-from c2graph.graphs.prefill_graph import PrefillGraphRunner  # noqa: E402
+from c2graph.prefill.runner import PrefillGraphRunner  # noqa: E402
 from c2graph.pictures.draw import draw_batch, draw_gate_weights, draw_path, draw_ring  # noqa: E402
 from c2graph.pictures.draw_fused import (  # noqa: E402
     MINIMUM_LABEL,

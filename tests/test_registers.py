@@ -46,7 +46,8 @@ def test_timeline_kernel_runs_the_fused_kernels_stages_in_its_order():
     """The stamped kernel is a copy of the kernel's body: it must call the same stages, in the same order."""
     import ast
 
-    from c2graph.compressor import fused_kernel, fused_timeline
+    import fused_timeline
+    from c2graph.compressor import fused_kernel
 
     names = {getattr(stage.kernel, "fn", stage.kernel).__name__ for stage in fused_kernel.STAGES}
     names.discard("fused_compress_kernel")

@@ -15,9 +15,10 @@ import torch  # noqa: E402
 from matplotlib.collections import PolyCollection  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from c2graph.compressor.fused_timeline import STEPS  # noqa: E402
 from c2graph.pictures.style import MAX_WIDTH, MIN_FONT  # noqa: E402
-from c2graph.pictures.timeline import draw_timeline, newest_timeline, timeline_file, write_timeline  # noqa: E402
+from c2graph.pictures.timeline import draw_timeline, newest_timeline, timeline_file  # noqa: E402
+from fused_timeline import STEPS  # noqa: E402
+from timeline import write_timeline  # noqa: E402
 
 
 def stamps(programs: int, seed: int) -> list[list[float]]:

@@ -4,10 +4,11 @@ Importing the package decides how Triton runs: compiled on a CUDA machine, inter
 (``TRITON_INTERPRET=1``, set before Triton is imported) everywhere else. It prints nothing:
 ``c2graph.banner()`` says which machine this is, where a notebook wants to show it.
 
-The parts, one subpackage each: :mod:`c2graph.compressor` (the layer, the batch, the caches, the
-torch and fused paths), :mod:`c2graph.graphs` (capture, replay, the prefill graph runner),
-:mod:`c2graph.pictures` (drawings and the explorer), :mod:`c2graph.measure` (comparing,
-counting, benchmarking).
+The parts, one subpackage each, each building only on those before it: :mod:`c2graph.compressor`
+(the layer, the batch, the caches, the torch and fused paths), :mod:`c2graph.graphs` (capture and
+replay, the record, the audit), :mod:`c2graph.prefill` (the prefill graph runner and its static
+batch), :mod:`c2graph.measure` (comparing, counting, benchmarking), :mod:`c2graph.pictures`
+(drawings and the explorer), :mod:`c2graph.workshop` (the notebooks' exercises and checks).
 """
 
 from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  # noqa: I001  (first)
@@ -21,11 +22,11 @@ from .measure.traffic import minimum_bytes
 from .graphs.graph import Graph, warmup
 from .measure.opcount import count_cuda_kernels, count_ops
 from .compressor.pools import Pools
-from .graphs.prefill_graph import PrefillGraphRunner, PrefillStep
+from .prefill.runner import PrefillGraphRunner, PrefillStep
 from .compressor.req_to_token import ReqToTokenPool
 from .compressor.ring import new_ring, ring_row
 from .compressor.source_layer import SourceLayer, project, project_fused, split_projected
-from .compressor.static_batch import StaticBatch
+from .prefill.static_batch import StaticBatch
 from .compressor.torch_path import compress_torch
 from .compressor.compress import compress, layer_path, project_padded
 

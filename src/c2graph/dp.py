@@ -8,7 +8,7 @@ the same bucket), and a rank with no requests still replays, with every row padd
 on GPUs, one GPU a rank; gloo again where there are more ranks than GPUs, which they then share),
 on the loopback interface and a free port. Each rank builds the same
 small model (:func:`~c2graph.compressor.model.served_layers`: layers with and without the fused
-gate), its own request pool and its own :class:`~c2graph.graphs.prefill_graph.PrefillGraphRunner`.
+gate), its own request pool and its own :class:`~c2graph.prefill.runner.PrefillGraphRunner`.
 Per step it all-reduces (max) its live row count into ``pad_to``, runs its batch through the
 graph, runs the same batch eagerly on a copy of its pools, and compares the two bitwise: every
 layer's caches and ring, and the latents of the rows that complete a group. Each rank reports
@@ -42,7 +42,7 @@ from .compressor.compress import compress
 from .compressor.config import Config
 from .compressor.model import layer_pools, served_layers
 from .compressor.req_to_token import ReqToTokenPool
-from .graphs.prefill_graph import PrefillGraphRunner
+from .prefill.runner import PrefillGraphRunner
 from .measure.compare import compare, compare_pools
 
 Requests = list[tuple[int, int, int]]

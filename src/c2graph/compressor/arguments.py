@@ -5,8 +5,9 @@ value and what was expected, before anything is written or allocated.
   ``operator.index`` takes; never a ``bool``, a float or a string), within bounds; a list of them;
 - :func:`as_positive_real`: a finite number > 0;
 - :func:`as_device`: a device argument that this machine has;
-- :func:`check_tensor`, :func:`check_layer_batch_pools`, :func:`check_projected`: the tensors of the
-  torch and fused paths, against the layer, the batch and the pools.
+- :func:`check_tensor`: a tensor's shape, dtype and device.
+
+The checks of the layer, the batch and the pools together are in :mod:`.checks`.
 """
 
 from __future__ import annotations
@@ -14,14 +15,8 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from .batch import ExtendBatch
-    from .pools import Pools
-    from .source_layer import SourceLayer
 
 
 def as_int(name: str, value, *, least: int | None = None, below: int | None = None, least_is: str = "",
@@ -100,61 +95,3 @@ def check_tensor(name: str, t, shape: tuple, dtype: torch.dtype, device: torch.d
 def same_device(a: torch.device, b: torch.device) -> bool:
     """Same device type, and the same index where both name one (``cuda`` matches ``cuda:0``)."""
     return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
-
-
-def check_layer_pools(layer: SourceLayer, pools: Pools, where: str = "") -> None:
-    """The pools were made for the layer's Config, on the layer's device."""
-    if pools.cfg != layer.cfg:
-        raise ValueError(f"{where}pools were made for another Config than the layer's")
-    if not same_device(layer.device, pools.device):
-        raise ValueError(f"{where}layer is on {layer.device}; expected {pools.device} (the pools' device)")
-
-
-def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "") -> None:
-    """Every index the batch's rows hold lies inside the pools: pool indices (the ring's requests),
-    c2 slots (both caches) and positions. The extents were counted on the host when the batch was
-    made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too."""
-    for r in batch.requests:
-        as_int(f"{where}batch request pool_index", r.pool_index, least=0, below=pools.pool_requests,
-               below_is=f"pools.pool_requests ({pools.pool_requests})")
-    bounds = (  # tensor, what it holds, the first value past the pools, and which bound that is
-        ("pos", "position", None, ""),
-        ("req", "pool index", pools.pool_requests, f"pools.pool_requests ({pools.pool_requests})"),
-        ("c2_slot", "c2 slot", pools.kv_slots, f"pools.kv_slots ({pools.kv_slots})"),
-        ("raw_out_loc", "token slot", 2 * pools.kv_slots, f"2 * pools.kv_slots ({2 * pools.kv_slots})"),
-    )
-    for name, held, below, limit in bounds:
-        lo, hi = batch.extents.get(name, (0, -1))
-        if lo < 0:
-            raise ValueError(f"{where}batch.{name} holds {held} {lo}; expected values >= 0")
-        if below is not None and hi >= below:
-            raise ValueError(f"{where}batch.{name} holds {held} {hi}, past the pools; expected < {limit}")
-
-
-def check_layer_batch_pools(layer: SourceLayer, batch: ExtendBatch, pools: Pools) -> None:
-    """The layer, the batch and the pools belong together: Config, device, tensor shapes and
-    dtypes, and every index of the batch inside the pools (:func:`check_batch_fits`). Reads no
-    tensor value (no host sync), so it also runs inside a graph capture."""
-    from .batch import ROW_TENSORS  # here, not at the top: batch.py imports this module
-
-    check_layer_pools(layer, pools)
-    dev = pools.device
-    T = batch.num_rows
-    for name in ROW_TENSORS:
-        check_tensor(f"batch.{name}", getattr(batch, name), (T,), torch.int64, dev)
-    check_tensor("batch.extend_offsets", batch.extend_offsets, (2, batch.request_slots), torch.int32, dev)
-    check_batch_fits(batch, pools)
-
-
-def check_projected(layer: SourceLayer, projected, T: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Accept ``(kv, score)`` (``[T, D]`` fp32 each) or one ``[T, 2D]`` fp32 buffer; return views."""
-    D = layer.cfg.D
-    if isinstance(projected, (tuple, list)):
-        if len(projected) != 2:
-            raise ValueError(f"projected is a sequence of {len(projected)}; expected (kv, score)")
-        kv, score = projected
-        check_tensor("kv", kv, (T, D), torch.float32, device)
-        check_tensor("score", score, (T, D), torch.float32, device)
-        return kv, score
-    check_tensor("projected", projected, (T, 2 * D), torch.float32, device)
-    return projected[:, :D], projected[:, D:]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import as_device, as_int, check_batch_fits
+from .arguments import as_device, as_int
 from .extend_offsets import build_extend_offsets
 from .req_to_token import ReqToTokenPool
 from .rows import MIN_RING_SIZE, BatchPlan, plan_rows
@@ -48,7 +48,7 @@ class ExtendBatch:
     - ``kv_slots_needed``: 1 + the largest c2 slot its rows address, at least (counted on the host)
     - ``extents``: ``{name: (smallest, largest)}`` of ``pos``, ``req``, ``raw_out_loc`` and
       ``c2_slot``, counted on the host whenever a batch is made, ``dataclasses.replace`` included,
-      so that the checks against the pools (:func:`~c2graph.compressor.arguments.check_batch_fits`)
+      so that the checks against the pools (:func:`check_batch_fits`)
       need no sync and run inside a capture too. Make a batch outside a capture (it reads the
       tensors once); a batch changed in place afterwards is not counted again.
     """
@@ -220,3 +220,24 @@ def _is_fields(r) -> bool:
     """``r`` holds fields (a tuple, a list, an array), not one number or a string."""
     return isinstance(r, Iterable) and not isinstance(r, (str, bytes)) and not (
         isinstance(r, torch.Tensor) and r.dim() == 0)
+
+
+def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "") -> None:
+    """Every index the batch's rows hold lies inside the pools: pool indices (the ring's requests),
+    c2 slots (both caches) and positions. The extents were counted on the host when the batch was
+    made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too."""
+    for r in batch.requests:
+        as_int(f"{where}batch request pool_index", r.pool_index, least=0, below=pools.pool_requests,
+               below_is=f"pools.pool_requests ({pools.pool_requests})")
+    bounds = (  # tensor, what it holds, the first value past the pools, and which bound that is
+        ("pos", "position", None, ""),
+        ("req", "pool index", pools.pool_requests, f"pools.pool_requests ({pools.pool_requests})"),
+        ("c2_slot", "c2 slot", pools.kv_slots, f"pools.kv_slots ({pools.kv_slots})"),
+        ("raw_out_loc", "token slot", 2 * pools.kv_slots, f"2 * pools.kv_slots ({2 * pools.kv_slots})"),
+    )
+    for name, held, below, limit in bounds:
+        lo, hi = batch.extents.get(name, (0, -1))
+        if lo < 0:
+            raise ValueError(f"{where}batch.{name} holds {held} {lo}; expected values >= 0")
+        if below is not None and hi >= below:
+            raise ValueError(f"{where}batch.{name} holds {held} {hi}, past the pools; expected < {limit}")

@@ -32,8 +32,9 @@ import torch
 import triton
 
 from .._runtime import INTERPRET
-from .arguments import check_layer_batch_pools, check_tensor
+from .arguments import check_tensor
 from .batch import ExtendBatch
+from .checks import check_layer_batch_pools
 from .extend_offsets import check_extend_offsets
 from .fused_kernel import fused_compress_kernel
 from .pools import Pools

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .arguments import as_int, check_layer_pools
+from .arguments import as_int
+from .checks import check_layer_pools
 from .config import Config
 from .pools import Pools
 from .source_layer import SourceLayer

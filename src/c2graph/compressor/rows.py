@@ -25,12 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
 
 from .arguments import as_int
 
-if TYPE_CHECKING:
-    from .batch import ExtendBatch  # the batch builds on this module, never the other way
+# ``ExtendBatch`` below is :class:`c2graph.compressor.batch.ExtendBatch`, named, not imported: the batch
+# builds on this module (:meth:`ExtendBatch.plan`), never the other way.
 
 MIN_RING_SIZE = 2
 """The smallest ring: one pending pair per pool request."""

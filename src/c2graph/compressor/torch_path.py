@@ -24,7 +24,8 @@ from .batch import ExtendBatch
 from .pools import Pools
 from .ring import restore_sentinel, ring_row, sentinel_row
 from .source_layer import SourceLayer
-from .arguments import check_layer_batch_pools, check_projected, check_tensor
+from .arguments import check_tensor
+from .checks import check_layer_batch_pools, check_projected
 
 
 def previous_row_is_partner(batch: ExtendBatch) -> torch.Tensor:

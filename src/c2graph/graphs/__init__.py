@@ -1,2 +1,13 @@
-"""The graphs: capture and replay (CUDA graphs, or their CPU emulation), the prefill graph runner,
-and the broken ways of handling extend offsets that a captured graph exposes."""
+"""The graphs: a general toolkit for capture and replay, on CUDA graphs or their CPU emulation.
+
+- :mod:`.graph`: :class:`~.graph.Graph` (capture, replay, nodes, the record) and ``warmup``
+- :mod:`.emulation`: the CPU emulation of capture and replay; :mod:`.triton_launches`: how a
+  capture sees a Triton launch
+- :mod:`.op_record`: the record of a capture (every op, its frozen scalars, grids and tensors);
+  :mod:`.ops`: which dispatcher ops launch a kernel, and the tensors an op touches
+- :mod:`.refusals`: what a capture refuses (host syncs, host copies), in CUDA's words
+- :mod:`.audit`: what a graph froze from the batch it was captured with
+- :mod:`.cuda_nodes`: the nodes of a captured CUDA graph, read without launching it
+
+It knows nothing of the compressor: the prefill graph that uses it is :mod:`c2graph.prefill`.
+"""

@@ -81,7 +81,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
-from ..measure.opcount import tensors_in
+from .ops import tensors_in
 from .op_record import OpRecord, Recording
 from .refusals import PREVIOUS_ERROR, CaptureState, HostGuard
 from .triton_launches import python_modes_off

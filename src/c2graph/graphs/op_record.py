@@ -34,7 +34,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
-from ..measure.opcount import launches_kernel, tensors_in
+from .ops import launches_kernel, tensors_in
 from .refusals import PREVIOUS_ERROR, is_refusal
 from .triton_launches import grid_meta, kernel_name, launches_seen_by, python_modes_off
 

@@ -73,7 +73,7 @@ def _eager_and_graph(calls, reps: int, device, **fields) -> list[dict]:
     """Time ``calls`` eagerly, then each captured in a graph and replayed: two records."""
     eager = dict(fields, mode="eager", median_us=median_us(calls, reps, device),
                  nodes=None, launches=count_launches(calls[0], device))
-    graphs = bench_cases.capture(calls)
+    graphs = bench_cases.capture_buckets(calls)
     graph = dict(fields, mode="graph", median_us=replay_us(graphs, reps, device),
                  nodes=graphs[0].num_nodes, launches=None)
     return [eager, graph]
@@ -144,7 +144,7 @@ def measure(path: str, variant: str, cfg: Config, case: bench_cases.Case, reps: 
     compile_s = time.perf_counter() - start
     if wrong:
         raise RuntimeError(f"not timed: {wrong}")
-    graphs = bench_cases.capture(bench_cases.compiled_calls(fn, layer, sets))
+    graphs = bench_cases.capture_buckets(bench_cases.compiled_calls(fn, layer, sets))
     return [dict(fields, mode="graph", median_us=replay_us(graphs, reps, device),
                  nodes=graphs[0].num_nodes, launches=None, **NO_FRACTIONS, compile_s=compile_s)]
 
@@ -284,9 +284,6 @@ def main(argv: list[str] | None = None) -> int:
                      time_budget_s=args.time_budget_s, out=out)
     print(results_table(data))
     print(f"wrote {out}")
-    if not args.smoke:  # where one launch's time goes at 256 and 2048 rows, for notebook 05
-        from ..pictures.timeline import write_timeline
-        print("wrote " + ", ".join(map(str, write_timeline(out))))
     failed = [s for s in data["skipped"] if s["reason"].startswith("failed")]
     return 1 if failed else 0
 

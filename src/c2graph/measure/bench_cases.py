@@ -156,9 +156,10 @@ def compiled_calls(fn: Callable, layer: SourceLayer, sets: list[InputSet]) -> li
     return [partial(fn, layer, s.kv, s.score, graph_view(s.batch), s.pools, latent_out=s.latent) for s in sets]
 
 
-def capture(calls: list[Callable[[], object]]) -> list[Graph]:
-    """One graph per call, each warmed up then captured; all share the first graph's memory pool
-    (they replay one after another, never at the same time, as a serving engine's buckets do).
+def capture_buckets(calls: list[Callable[[], object]]) -> list[Graph]:
+    """One graph per call, each warmed up then captured (:meth:`~c2graph.graphs.graph.Graph.capture_fn`); all
+    share the first graph's memory pool (they replay one after another, never at the same time, as a
+    serving engine's buckets do).
     No op records: under their dispatch mode a compiled function would run eagerly."""
     graphs: list[Graph] = []
     for call in calls:

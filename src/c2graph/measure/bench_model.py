@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ..compressor.config import Config
-from ..graphs.prefill_graph import PrefillGraphRunner
+from ..prefill.runner import PrefillGraphRunner
 from .bench_cases import REQUESTS, Case
 from .results import FRACTIONS
 from .timing import replay_us

@@ -23,45 +23,16 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+
+from ..graphs.ops import launches_kernel, tensors_in
 
 aten = torch.ops.aten
-
-_NOT_LAUNCHES = {
-    aten.empty.memory_format,
-    aten.empty_strided.default,
-    aten.empty_permuted.default,
-    aten.empty_like.default,
-    aten.new_empty.default,
-    aten.new_empty_strided.default,
-    aten._unsafe_view.default,
-    aten.sym_size.int,
-    aten.sym_stride.int,
-    aten.sym_numel.default,
-    aten.sym_storage_offset.default,
-    aten.is_contiguous.default,
-}
-"""Ops that reach the dispatcher but start no kernel (besides views and in-place view changes)."""
 
 _OVERWRITES_SELF = {aten.copy_.default, aten.fill_.Scalar, aten.fill_.Tensor, aten.zero_.default}
 """In-place ops that write ``self`` without reading it."""
 
 _GATHERS = {aten.index.Tensor}
 _SCATTERS = {aten.index_put_.default, aten.index_put.default, aten._index_put_impl_.default}
-
-
-def launches_kernel(func) -> bool:
-    """Whether the dispatcher op ``func`` starts a kernel: not a view (``is_view``), not an in-place
-    change of a view's shape (tag ``inplace_view``: ``t_``, ``unsqueeze_``), not a bare allocation,
-    not a metadata query. The one definition, asked by the op counter and by the record of a
-    capture (:mod:`c2graph.graphs.op_record`) that the CPU emulation replays."""
-    return not (func.is_view or torch.Tag.inplace_view in func.tags or func in _NOT_LAUNCHES
-                or func.namespace == "prim")
-
-
-def tensors_in(tree) -> list[torch.Tensor]:
-    """Every tensor in a tree of lists, tuples and dicts (an op's arguments, its outputs)."""
-    return [leaf for leaf in tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
 
 
 def _nbytes(x) -> int:

@@ -1,6 +1,6 @@
 """Pictures of the prefill graph: its static buffers, its list of nodes, and which slots a replay got wrong.
 
-- :func:`draw_static_buffers`: every buffer a :class:`~c2graph.graphs.prefill_graph.PrefillGraphRunner`
+- :func:`draw_static_buffers`: every buffer a :class:`~c2graph.prefill.runner.PrefillGraphRunner`
   allocated once, sized for its largest bucket, with each bucket's extent marked and the rows of
   the batch being replayed (live rows by request slot, padding rows, rows past the bucket);
 - :func:`draw_graph_nodes`: captured graphs as their lists of nodes, one cell per node in launch
@@ -28,7 +28,7 @@ from matplotlib.patches import Patch, Rectangle
 
 from ..compressor.batch import ExtendBatch
 from ..compressor.pools import POISON, Pools
-from ..graphs.prefill_graph import PrefillGraphRunner
+from ..prefill.runner import PrefillGraphRunner
 from ..measure.slots import DIFFERS, EQUAL, NEVER_WRITTEN, SlotState, compare_slots
 from .style import (
     CATEGORY_COLOURS,

@@ -21,7 +21,7 @@ from ..compressor.config import Config
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer
-from ..graphs.broken_offsets import BrokenOffsetsRunner
+from ..prefill.broken_offsets import BrokenOffsetsRunner
 from .draw import draw_batch, draw_path, draw_ring
 from .draw_fused import draw_extend_offsets, draw_programs
 from .draw_graph import draw_wrong_slots

@@ -20,7 +20,7 @@ from ..compressor.compress import compress, layer_path
 from ..compressor.config import Config
 from ..compressor.model import layer_pools, served_layers
 from ..compressor.req_to_token import ReqToTokenPool
-from ..graphs.prefill_graph import PrefillGraphRunner
+from ..prefill.runner import PrefillGraphRunner
 from ..measure.compare import Comparison, compare, compare_pools
 
 BUCKETS = (8, 16, 32)

@@ -1,11 +1,10 @@
 """Where one launch of the fused kernel spends its time: each program as a bar, split into its steps.
 
-``make bench`` (``python -m c2graph bench``) measures it at 256 and 2048 rows, on the benchmark's
-own batches, with the stamped copy of the kernel
-(:mod:`c2graph.compressor.fused_timeline`): :func:`write_timeline` stores the stamps in
-``<results folder>/timelines/<date>-<device>.json`` and draws them beside it as a PNG.
-:func:`draw_timeline` reads such a file and runs nothing, so it draws the GPU's measurement on
-any machine (notebook 05: ``draw_timeline(newest_timeline())``).
+``make bench`` measures it at 256 and 2048 rows, on the benchmark's own batches, with a stamped
+copy of the kernel (``benchmarks/timeline.py --results FOLDER``), stores the stamps in
+``<results folder>/timelines/<date>-<device>.json`` (:func:`timeline_file`) and draws them beside
+it as a PNG. :func:`draw_timeline` reads such a file and runs nothing, so it draws the GPU's
+measurement on any machine (notebook 05: ``draw_timeline(newest_timeline())``).
 """
 
 from __future__ import annotations
@@ -20,42 +19,8 @@ from matplotlib.ticker import MaxNLocator
 
 from .style import CATEGORY_COLOURS, FONT, MAX_WIDTH, MUTED, TITLE_FONT
 
-ROWS = (256, 2048)
-"""The buckets drawn: the small ones, where a replay is one program's chain of steps."""
 TIMELINES = "timelines"
 """The subfolder of the results folder that holds the timelines (its ``*.json`` are not results files)."""
-
-
-def measure_timeline(rows=ROWS, runs: int = 6) -> dict:
-    """Stamps of the fused kernel's programs at each of ``rows`` (a CUDA device, the ``dsv41`` layer,
-    the benchmark's batches): the last of ``runs`` launches, each on its own input set, in µs from
-    the first program's start. Returns ``{"device", "date", "steps", "timelines": {rows: {"blocks",
-    "stamps_us"}}}``; ``stamps_us``: per program ``[start, end of each step]``."""
-    import datetime
-
-    import torch
-
-    from .. import _runtime
-    from ..compressor.config import Config
-    from ..compressor.fused import kernel_blocks
-    from ..compressor.fused_timeline import STEPS, program_stamps
-    from ..compressor.source_layer import SourceLayer
-    from ..measure import bench_cases
-
-    device, cfg = _runtime.DEFAULT_DEVICE, Config.dsv41()
-    cache = torch.cuda.get_device_properties(device).L2_cache_size
-    layer = SourceLayer(cfg, seed=0, device=device)
-    found = {}
-    for n in rows:
-        case = bench_cases.make_case(cfg, n, device, cache_bytes=cache, copies=(1, 128))
-        sets = bench_cases.input_sets(cfg, case, max(runs, 1))
-        for s in sets[:runs]:
-            ts = program_stamps(layer, s.projected, s.batch, s.pools, s.latent)
-        us = (ts - ts[:, 0].min()).double() / 1e3
-        found[str(n)] = {"blocks": kernel_blocks(cfg.D, n).name, "stamps_us": [[round(v, 3) for v in p]
-                                                                              for p in us.tolist()]}
-    return {"device": _runtime.environment()["device"], "date": datetime.date.today().isoformat(),
-            "steps": list(STEPS), "timelines": found}
 
 
 def draw_timeline(data: dict | str | os.PathLike) -> Figure:
@@ -68,7 +33,7 @@ def draw_timeline(data: dict | str | os.PathLike) -> Figure:
     programs those are. Where ``data`` holds the same
     run's graph replay of the fused path (``replay_us``) and of a one-node graph
     (``launch_us``), the title says how much of the replay lies outside the programs.
-    ``data``: what :func:`measure_timeline` returns, or a file holding it."""
+    ``data``: what ``benchmarks/timeline.py`` measures, or a file holding it."""
     if not isinstance(data, dict):
         data = _with_group_counts(json.loads(Path(data).read_text()), results_file_of(data))
     panels = sorted(data["timelines"].items(), key=lambda kv: int(kv[0]))
@@ -132,25 +97,3 @@ def newest_timeline(folder: str | os.PathLike | None = None) -> Path | None:
 
     found = sorted((Path(folder or RESULTS_FOLDER) / TIMELINES).glob("*.json"))
     return found[-1] if found else None
-
-
-def write_timeline(results_file: str | os.PathLike, rows=ROWS, dpi: int = 150) -> list[Path]:
-    """Measure the timelines (:func:`measure_timeline`, a CUDA device), with the fused path's graph
-    replay, the one-node graph's and the blocks that hold a group from ``results_file`` where it has
-    them, store them beside it
-    (:func:`timeline_file`) and draw them there as a PNG; returns both paths."""
-    data = measure_timeline(rows)
-    results = json.loads(Path(results_file).read_text()) if Path(results_file).exists() else {}
-    for c in results.get("cases", []):
-        if str(c["rows"]) in data["timelines"]:
-            data["timelines"][str(c["rows"])]["programs"] = c["programs"]
-    for r in results.get("records", []):
-        if r["path"] == "fused" and r["mode"] == "graph" and str(r["rows"]) in data["timelines"]:
-            data["timelines"][str(r["rows"])]["replay_us"] = r["median_us"]
-            data["launch_us"] = results["launch_us"]["graph"]
-    out = timeline_file(results_file)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
-    picture = out.with_suffix(".png")
-    draw_timeline(data).savefig(picture, dpi=dpi)
-    return [out, picture]

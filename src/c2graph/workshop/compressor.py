@@ -39,7 +39,7 @@ from ..pictures.draw import PADDING_COLOUR, request_colour
 # --- a static batch: what a captured function reads --------------------------------------------
 
 
-from ..compressor.static_batch import StaticBatch  # noqa: E402  (the shared builder, re-exported)
+from ..prefill.static_batch import StaticBatch  # noqa: E402  (the shared builder, re-exported)
 
 
 @dataclass

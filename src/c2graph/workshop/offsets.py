@@ -36,7 +36,7 @@ from ..compressor.model import layer_pools, served_layers
 from ..compressor.req_to_token import ReqToTokenPool
 from ..graphs.audit import audit
 from ..graphs.graph import Graph, warmup
-from ..graphs.prefill_graph import PrefillGraphRunner
+from ..prefill.runner import PrefillGraphRunner
 from ..graphs.refusals import UNPINNED_COPY
 from ..measure.compare import compare_pools
 from .check import CheckResult, run_check

@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import as_device, as_int
-from .batch import ROW_TENSORS as ROWS, ExtendBatch, Request
-from .extend_offsets import build_extend_offsets
+from ..compressor.arguments import as_device, as_int
+from ..compressor.batch import ROW_TENSORS as ROWS, ExtendBatch, Request
+from ..compressor.extend_offsets import build_extend_offsets
 
 
 class StaticBatch:

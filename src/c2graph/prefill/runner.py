@@ -40,9 +40,10 @@ from ..compressor.model import check_layers_and_pools, one_layer
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
-from ..compressor.static_batch import StaticBatch
+from .runner_audit import audit_runner
+from .static_batch import StaticBatch
 from ..compressor.torch_path import compress_torch
-from .graph import Graph, warmup
+from ..graphs.graph import Graph, warmup
 
 
 @dataclass
@@ -177,6 +178,14 @@ class PrefillGraphRunner:
             self._memory_pool = graph.pool()
         return graph
 
+    def step(self, bucket: int) -> None:
+        """Run, eagerly, the work the graph of ``bucket`` captures, over the static buffers as loaded."""
+        self._compress(bucket)
+
+    def load_capture_batch(self, bucket: int) -> None:
+        """Load the static buffers with the batch the graph of ``bucket`` is captured with."""
+        self._load_capture_batch(bucket)
+
     # -- replay -----------------------------------------------------------------------------
 
     def pick_bucket(self, rows: int) -> int | None:
@@ -292,8 +301,6 @@ class PrefillGraphRunner:
 
     def audit(self, bucket: int):
         """What the graph of ``bucket`` froze from the batch: :func:`c2graph.audit` of its captured
-        work over the dummy batch and a ragged one (:func:`~c2graph.graphs.audit.audit_runner`)."""
-        from .audit import audit_runner
-
+        work over the dummy batch and a ragged one (:func:`~c2graph.prefill.runner_audit.audit_runner`)."""
         return audit_runner(self, bucket)
 

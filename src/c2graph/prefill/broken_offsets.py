@@ -1,7 +1,7 @@
 """How per-request extend offsets break a CUDA graph: the fused path inside the prefill graph,
 with its offsets handled the way an eager path naturally handles them.
 
-Each variant changes one thing in :class:`~c2graph.graphs.prefill_graph.PrefillGraphRunner`
+Each variant changes one thing in :class:`~c2graph.prefill.runner.PrefillGraphRunner`
 (one source layer, with the fused gate) and keeps everything else (buckets, static metadata,
 projection) as it is:
 
@@ -31,7 +31,7 @@ import torch
 from ..compressor.batch import ExtendBatch
 from ..compressor.fused import fused_compress_
 from ..compressor.pools import Pools
-from .prefill_graph import PrefillGraphRunner
+from .runner import PrefillGraphRunner
 from ..compressor.source_layer import SourceLayer
 
 VARIANTS: dict[str, str] = {

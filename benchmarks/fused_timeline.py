@@ -19,9 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import fused
-from .fused_kernel import (gate_and_sum_squares, group_rows, index_key_to_cache, index_key_weights, lane_rows,
-                           latent_and_index_key, pair_table, park_in_ring, partners)
+from c2graph.compressor import fused
+from c2graph.compressor.fused_kernel import (gate_and_sum_squares, group_rows, index_key_to_cache, index_key_weights,
+                                             lane_rows, latent_and_index_key, pair_table, park_in_ring, partners)
 
 STEPS = ("rows and flags", "pass A", "pass B", "index key", "park")
 """The steps of one program, in order: a program's stamps ``[start, *ends of each step]``."""

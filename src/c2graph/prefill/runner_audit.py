@@ -1,0 +1,64 @@
+"""The capture audit of a prefill graph runner's bucket: the dummy batch, then a ragged one.
+
+:func:`audit_runner` runs :func:`c2graph.graphs.audit.audit` over the runner's public step and
+load (:meth:`~c2graph.prefill.runner.PrefillGraphRunner.step`,
+:meth:`~c2graph.prefill.runner.PrefillGraphRunner.load_capture_batch`, ``refresh``), with every
+tensor the captured work touches named (:func:`runner_labels`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import torch
+
+from ..compressor.batch import ExtendBatch
+from ..compressor.req_to_token import ReqToTokenPool
+from ..graphs.audit import GraphAudit, audit
+
+
+def audit_batch(runner, bucket: int) -> ExtendBatch:
+    """A ragged batch of ``bucket`` rows for the second capture: up to 3 requests starting at
+    positions 1, 0 and 3, about a quarter of the rows padding, every ``raw_out_loc`` 0 (so its
+    warm-up writes nothing)."""
+    n = min(3, runner.request_slots, min(p.pool_requests for p in runner.layer_pools))
+    live = bucket - max(1, bucket // 4) if bucket > 1 else bucket
+    requests = [(i, (1, 0, 3)[i], live // n + (1 if i < live % n else 0)) for i in range(n)]
+    allocator = ReqToTokenPool(runner.layers[0].cfg, n, 3 + live)
+    batch = ExtendBatch.build(requests, allocator, request_slots=runner.request_slots, pad_to=bucket,
+                              device=runner.device)
+    zeros = torch.zeros_like(batch.raw_out_loc)
+    return replace(batch, raw_out_loc=zeros, c2_slot=zeros.clone(), kv_slots_needed=1)
+
+
+def audit_runner(runner, bucket: int) -> GraphAudit:
+    """Audit the graph of ``bucket`` of a prefill graph runner (or a broken variant of one) with
+    :func:`audit`: the step is the runner's captured work (``runner.step(bucket)``), loaded
+    first with the batch its graphs are captured with, then, as a replay refreshes its buffers,
+    with :func:`audit_batch`."""
+    if bucket not in runner.buckets:
+        raise ValueError(f"bucket = {bucket!r}; expected one of the runner's buckets {runner.buckets}")
+    batch = audit_batch(runner, bucket)
+    xs = [layer.random_hidden(batch.live_rows, seed=i) for i, layer in enumerate(runner.layers)]
+    lengths = ", ".join(str(r.extend_len) for r in batch.requests)
+    starts = ", ".join(str(r.prefix_len) for r in batch.requests)
+    loads = (f"the dummy batch: one request covering all {bucket} rows",
+             f"a ragged batch: {batch.batch_size} requests of {lengths} rows from positions {starts}, "
+             f"then {bucket - batch.live_rows} padding rows")
+    name = type(runner).__name__ + (f" ({runner.variant})" if hasattr(runner, "variant") else "")
+    title = f"audit of {name}, bucket {bucket}, {len(runner.layers)} layer(s): {runner.path} path"
+    found = audit(lambda: runner.step(bucket), [lambda: runner.load_capture_batch(bucket),
+                                                lambda: runner.refresh(batch, xs)], labels=runner_labels(runner))
+    return replace(found, title=title, loads=loads)
+
+
+def runner_labels(runner) -> dict[str, torch.Tensor]:
+    """Every tensor a runner's captured work touches, by name: the shared metadata, and each
+    layer's buffers, pools and weights (``"projected[layer 3]"`` where the runner has several)."""
+    out = dict(runner.static.metadata())
+    several = len(runner.layers) > 1
+    for i, (layer, pools, buf) in enumerate(zip(runner.layers, runner.layer_pools, runner.static.layers)):
+        tensors = {**buf.tensors(), **pools.tensors(), "norm_w": layer.norm_w, "wk": layer.wk,
+                   "k_norm_w": layer.k_norm_w, "inv_freq": layer.inv_freq}
+        out.update({f"{name}[layer {i}]" if several else name: t for name, t in tensors.items()})
+    return out
