@@ -167,7 +167,7 @@ def test_build_on_a_device_this_machine_lacks_is_refused_before_allocating():
 
 
 BUILD_REFUSALS = [  # (requests, keyword arguments, our words)
-    ([(0, 0, 4)], dict(pad_to=True), r"pad_to = True; expected an int >= the 4 live rows \(a bool is not a count\)"),
+    ([(0, 0, 4)], dict(pad_to=True), r"pad_to = True; expected an int >= the 4 live rows and < 2\*\*31 .*\(a bool is not"),
     ([(0, 0, 4)], dict(pad_to=6.0), "pad_to = 6.0; expected an int"),
     ([(0, 0, 4)], dict(request_slots=True), r"request_slots = True; expected an int >= 0 \(a bool"),
     ([(0, 0, 4)], dict(request_slots=2.0), "request_slots = 2.0; expected an int >= 0"),
@@ -359,16 +359,25 @@ def test_build_extend_offsets_refuses_negative_and_fractional_counts(counts, slo
         c2.build_extend_offsets(counts, slots)
 
 
+EPS_WORDS = r"expected a finite number >= 1.18e-38 and <= 3.4e\+38 \(float32 holds it\)"
+THETA_WORDS = r"expected a finite number >= 1 and <= 3.4e\+38 \(float32 holds it\) \(RoPE's base"
+
+
 @pytest.mark.parametrize("kw, match", [
-    (dict(eps=float("nan")), "Config.eps = nan; expected a finite number > 0"),
-    (dict(eps=-1.0), "Config.eps = -1.0; expected a finite number > 0"),
-    (dict(eps=0.0), "Config.eps = 0.0; expected a finite number > 0"),
-    (dict(eps=True), "Config.eps = True; expected a finite number > 0"),
-    (dict(rope_theta=0), "Config.rope_theta = 0; expected a finite number > 0"),
-    (dict(rope_theta=float("inf")), "Config.rope_theta = inf; expected a finite number > 0"),
+    (dict(eps=float("nan")), f"Config.eps = nan; {EPS_WORDS}"),
+    (dict(eps=-1.0), f"Config.eps = -1.0; {EPS_WORDS}"),
+    (dict(eps=0.0), f"Config.eps = 0.0; {EPS_WORDS}"),
+    (dict(eps=True), f"Config.eps = True; {EPS_WORDS}"),
+    (dict(eps=1e-300), f"Config.eps = 1e-300; {EPS_WORDS}"),  # 0 in float32: an all-zero row normalises to NaN
+    (dict(eps=1e300), f"Config.eps = 1e\\+300; {EPS_WORDS}"),
+    (dict(rope_theta=0), f"Config.rope_theta = 0; {THETA_WORDS}"),
+    (dict(rope_theta=float("inf")), f"Config.rope_theta = inf; {THETA_WORDS}"),
+    (dict(rope_theta=1e-300), f"Config.rope_theta = 1e-300; {THETA_WORDS}"),  # 0 in float32: inf frequencies
+    (dict(rope_theta=0.5), f"Config.rope_theta = 0.5; {THETA_WORDS}"),  # frequencies that grow past float32
     (dict(hidden=True), r"Config.hidden = True; expected an int >= 1 \(a bool"),
     (dict(hidden=64.0), "Config.hidden = 64.0; expected an int >= 1"),
-    (dict(ring_size=1), "Config.ring_size = 1; expected"),
+    (dict(ring_size=1), r"Config.ring_size = 1; expected an int >= 2 and < 1025"),
+    (dict(ring_size=2**40), r"Config.ring_size = 1099511627776; expected an int >= 2 and < 1025"),
 ])
 def test_config_refuses_values_that_give_nan_caches(kw, match):
     with pytest.raises(ValueError, match=match):

@@ -3,10 +3,14 @@ value and what was expected, before anything is written or allocated.
 
 - :func:`as_int`, :func:`as_ints`: an int argument (a Python or numpy int, anything
   ``operator.index`` takes; never a ``bool``, a float or a string), within bounds; a list of them;
-- :func:`as_positive_real`: a finite number > 0;
+- :func:`as_float32_real`: a finite number > 0 that float32 holds (``eps``, RoPE's base);
 - :func:`as_device`: a device argument that this machine has;
-- :func:`check_tensor`, :func:`check_layer_batch_pools`, :func:`check_projected`: the tensors of the
-  torch and fused paths, against the layer, the batch and the pools.
+- :func:`check_type`: an argument of one of the package's classes (a batch, pools, a layer, a Config);
+- :func:`allocate`: an allocation whose failure is said in the package's words, naming the argument;
+- :func:`check_tensor`, :func:`check_pools`, :func:`check_layer_batch_pools`, :func:`check_projected`:
+  the tensors of the torch and fused paths, against the layer, the batch and the pools;
+- :func:`overlaps`, :func:`check_no_overlap`: no tensor a path writes shares memory with another
+  tensor of the call (a latent buffer over a cache would overwrite cache rows).
 """
 
 from __future__ import annotations
@@ -52,19 +56,6 @@ def as_ints(name: str, values, *, least: int | None = None) -> list[int]:
     return [as_int(f"{name}[{i}]", v, least=least) for i, v in enumerate(values)]
 
 
-def as_positive_real(name: str, value) -> float:
-    """``value`` as a finite float ``> 0`` (an int or float, numpy's too; never a ``bool``)."""
-    if isinstance(value, bool):
-        raise ValueError(f"{name} = {value!r}; expected a finite number > 0")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} = {value!r}; expected a finite number > 0") from None
-    if not math.isfinite(number) or number <= 0:
-        raise ValueError(f"{name} = {value!r}; expected a finite number > 0")
-    return number
-
-
 def as_device(name: str, device, default: torch.device) -> torch.device:
     """``device`` (a ``torch.device``, a string such as ``"cpu"`` or ``"cuda:0"``, or ``None`` for
     ``default``) as a ``torch.device`` this machine has."""
@@ -82,6 +73,47 @@ def as_device(name: str, device, default: torch.device) -> torch.device:
     elif dev.type != "cpu":
         raise ValueError(f"{name} = {device!r}; expected 'cpu' or 'cuda[:index]'")
     return dev
+
+
+def as_float32_real(name: str, value, *, least: float | None = None, what: str = "") -> float:
+    """``value`` as a finite float ``> 0`` (``>= least`` where given) that stays finite and normal in
+    float32, the precision the kernels compute in (``1e-300`` rounds to 0 there; ``1e300`` to inf).
+    ``what`` says in words why the bound (``"(RoPE's base)"``)."""
+    low = FLOAT32_TINY if least is None else least
+    expected = f"a finite number >= {low:.3g} and <= {FLOAT32_MAX:.3g} (float32 holds it){what}"
+    if isinstance(value, bool):
+        raise ValueError(f"{name} = {value!r}; expected {expected}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} = {value!r}; expected {expected}") from None
+    if not math.isfinite(number) or not low <= number <= FLOAT32_MAX:
+        raise ValueError(f"{name} = {value!r}; expected {expected}")
+    return number
+
+
+FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)
+"""The smallest normal float32 (about 1.2e-38): a smaller ``eps`` is 0, or a denormal, in the kernels."""
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
+def check_type(name: str, value, cls: type, what: str) -> None:
+    """``ValueError`` unless ``value`` is a ``cls`` (``what``: how the error names it, e.g.
+    ``"an ExtendBatch (ExtendBatch.build)"``)."""
+    if not isinstance(value, cls):
+        raise ValueError(f"{name} is a {type(value).__name__}; expected {what}")
+
+
+def allocate(name: str, value, make):
+    """``make()``, an allocation sized by the argument ``name`` (``value``); when the device cannot
+    allocate it, ``ValueError`` naming the argument instead of the allocator's words."""
+    try:
+        return make()
+    except (RuntimeError, MemoryError) as e:
+        if "alloc" not in str(e).lower() and "out of memory" not in str(e).lower():
+            raise
+        raise ValueError(f"{name} = {value!r} needs more memory than this device can allocate; "
+                         "expected a size that fits") from None
 
 
 def _shape(t) -> object:
@@ -110,10 +142,62 @@ def check_layer_pools(layer: SourceLayer, pools: Pools, where: str = "") -> None
         raise ValueError(f"{where}layer is on {layer.device}; expected {pools.device} (the pools' device)")
 
 
-def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "") -> None:
+def check_pools(pools: Pools) -> None:
+    """The pools' tensors are still what the pools say: ``kv_cache`` ``[kv_slots, D]`` bf16,
+    ``index_k`` ``[kv_slots, index_dim]`` bf16, ``ring`` ``[pool_requests * ring_size + 1, 2D]``
+    fp32, on one device, dense (a tensor rebound to another dtype, size or device is refused
+    before anything is written). Reads no tensor value."""
+    from .pools import Pools  # here: pools.py imports this module
+
+    check_type("pools", pools, Pools, "a c2graph.Pools")
+    cfg, dev = pools.cfg, pools.kv_cache.device if isinstance(pools.kv_cache, torch.Tensor) else None
+    expected = {
+        "kv_cache": ((pools.kv_slots, cfg.D), torch.bfloat16),
+        "index_k": ((pools.kv_slots, cfg.index_dim), torch.bfloat16),
+        "ring": ((pools.pool_requests * cfg.ring_size + 1, 2 * cfg.D), torch.float32),
+    }
+    for name, (shape, dtype) in expected.items():
+        t = getattr(pools, name)
+        check_tensor(f"pools.{name}", t, shape, dtype, dev)
+        if not t.is_contiguous():
+            raise ValueError(f"pools.{name} is not contiguous (strides {t.stride()}); expected a dense tensor")
+    check_no_overlap({f"pools.{name}": t for name, t in pools.tensors().items()})
+
+
+def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` share some memory: the same storage, and byte ranges (from the first element
+    to one past the last) that intersect. Reads no tensor value (it runs inside a capture)."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        first = t.storage_offset() * t.element_size()
+        last = first + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) * t.element_size()
+        return first, last + t.element_size()
+
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
+
+
+def check_no_overlap(written: dict[str, torch.Tensor], read: dict[str, torch.Tensor] | None = None) -> None:
+    """``ValueError`` naming both tensors where one tensor a call writes (``written``: name -> tensor)
+    shares memory with another written tensor, or with one it reads (``read``)."""
+    names = list(written)
+    for i, name in enumerate(names):
+        others = [(o, written[o]) for o in names[i + 1:]] + list((read or {}).items())
+        for other, t in others:
+            if isinstance(t, torch.Tensor) and overlaps(written[name], t):
+                raise ValueError(f"{name} shares memory with {other}; expected separate tensors (a write to "
+                                 f"{name} would change {other})")
+
+
+def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "", extents: dict | None = None) -> None:
     """Every index the batch's rows hold lies inside the pools: pool indices (the ring's requests),
     c2 slots (both caches) and positions. The extents were counted on the host when the batch was
-    made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too."""
+    made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too.
+    ``extents``: extents counted again (:meth:`ExtendBatch.check` passes those of the tensors now)."""
     for r in batch.requests:
         as_int(f"{where}batch request pool_index", r.pool_index, least=0, below=pools.pool_requests,
                below_is=f"pools.pool_requests ({pools.pool_requests})")
@@ -124,7 +208,7 @@ def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "") -> None:
         ("raw_out_loc", "token slot", 2 * pools.kv_slots, f"2 * pools.kv_slots ({2 * pools.kv_slots})"),
     )
     for name, held, below, limit in bounds:
-        lo, hi = batch.extents.get(name, (0, -1))
+        lo, hi = (batch.extents if extents is None else extents).get(name, (0, -1))
         if lo < 0:
             raise ValueError(f"{where}batch.{name} holds {held} {lo}; expected values >= 0")
         if below is not None and hi >= below:
@@ -135,14 +219,23 @@ def check_layer_batch_pools(layer: SourceLayer, batch: ExtendBatch, pools: Pools
     """The layer, the batch and the pools belong together: Config, device, tensor shapes and
     dtypes, and every index of the batch inside the pools (:func:`check_batch_fits`). Reads no
     tensor value (no host sync), so it also runs inside a graph capture."""
-    from .batch import ROW_TENSORS  # here, not at the top: batch.py imports this module
+    from .batch import ROW_TENSORS, ExtendBatch  # here, not at the top: batch.py imports this module
+    from .source_layer import SourceLayer
 
+    check_type("layer", layer, SourceLayer, "a c2graph.SourceLayer")
+    check_type("batch", batch, ExtendBatch, "a c2graph.ExtendBatch (ExtendBatch.build makes one)")
+    check_pools(pools)
     check_layer_pools(layer, pools)
     dev = pools.device
-    T = batch.num_rows
+    offsets = batch.extend_offsets
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 2 or offsets.shape[0] != 2:
+        raise ValueError(f"batch.extend_offsets has shape {_shape(offsets)}; expected [2, request_slots]")
+    if not isinstance(batch.pos, torch.Tensor) or batch.pos.dim() != 1:
+        raise ValueError(f"batch.pos has shape {_shape(batch.pos)}; expected [T] int64")
+    T = batch.pos.shape[0]
     for name in ROW_TENSORS:
         check_tensor(f"batch.{name}", getattr(batch, name), (T,), torch.int64, dev)
-    check_tensor("batch.extend_offsets", batch.extend_offsets, (2, batch.request_slots), torch.int32, dev)
+    check_tensor("batch.extend_offsets", offsets, (2, batch.request_slots), torch.int32, dev)
     check_batch_fits(batch, pools)
 
 
@@ -158,3 +251,12 @@ def check_projected(layer: SourceLayer, projected, T: int, device: torch.device)
         return kv, score
     check_tensor("projected", projected, (T, 2 * D), torch.float32, device)
     return projected[:, :D], projected[:, D:]
+
+
+def check_outputs(pools: Pools, latent_out: torch.Tensor | None, read: dict[str, torch.Tensor]) -> None:
+    """No tensor a path writes (the caches, the ring, ``latent_out`` unless ``None``) shares memory
+    with another, nor with one it reads (``read``: the projection, the batch's tensors)."""
+    written = {f"pools.{name}": t for name, t in pools.tensors().items()}
+    if latent_out is not None:
+        written["latent_out"] = latent_out
+    check_no_overlap(written, read)

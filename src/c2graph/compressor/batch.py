@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import as_device, as_int, check_batch_fits
-from .extend_offsets import build_extend_offsets
+from .arguments import allocate, as_device, as_int, check_batch_fits
+from .extend_offsets import build_extend_offsets, check_extend_offsets
 from .req_to_token import ReqToTokenPool
 from .rows import MIN_RING_SIZE, BatchPlan, plan_rows
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 #: The per-row tensors whose extents a batch counts when it is made (:attr:`ExtendBatch.extents`).
 ROW_TENSORS = ("pos", "req", "raw_out_loc", "c2_slot")
+
+MAX_ROWS = 2**31
+"""Rows of a batch are fewer than this: the extend offsets hold row numbers in int32."""
 
 
 class Request(NamedTuple):
@@ -68,15 +71,7 @@ class ExtendBatch:
         if not well_formed or len({(t.shape[0], t.device) for t in rows}) != 1:
             object.__setattr__(self, "extents", {})  # malformed: the tensor checks name it before any use
             return
-        if rows[0].numel():
-            lo, hi = (v.tolist() for v in torch.stack(rows).aminmax(dim=1))
-        else:
-            lo, hi = [0] * len(rows), [-1] * len(rows)
-        extents = dict(zip(ROW_TENSORS, zip(lo, hi)))
-        object.__setattr__(self, "extents", extents)
-        addressed = max(extents["c2_slot"][1], extents["raw_out_loc"][1] // 2, 0) + 1
-        needed = max(as_int("kv_slots_needed", self.kv_slots_needed), addressed)
-        object.__setattr__(self, "kv_slots_needed", needed)
+        _set_extents(self, count_extents(rows))
 
     @property
     def live_rows(self) -> int:
@@ -126,30 +121,128 @@ class ExtendBatch:
                 "expected at most one request per slot"
             )
         live = sum(r.extend_len for r in reqs)
-        num_rows = live if pad_to is None else as_int("pad_to", pad_to, least=live, least_is=f"the {live} live rows")
+        num_rows = live if pad_to is None else as_int("pad_to", pad_to, least=live, below=MAX_ROWS,
+                                                      least_is=f"the {live} live rows",
+                                                      below_is=f"2**31 (the extend offsets are int32)")
         dev = as_device("device", device, DEFAULT_DEVICE)
         fits = [pools] if pools is not None and not isinstance(pools, (list, tuple)) else list(pools or ())
+        pages = allocator.pages_for(reqs)  # worked out, no page given yet
+        offsets = build_extend_offsets([r.extend_len for r in reqs], slots)
 
-        pos = torch.zeros(num_rows, dtype=torch.int64)
-        req = torch.zeros(num_rows, dtype=torch.int64)
-        raw = torch.zeros(num_rows, dtype=torch.int64)
+        # The extents, counted from the requests and the pages on the host: no tensor is read back.
+        pos_hi = max((r.prefix_len + r.extend_len - 1 for r in reqs if r.extend_len), default=0)
+        pos_lo = 0 if num_rows > live or not live else min(r.prefix_len for r in reqs if r.extend_len)
+        req_lo = 0 if num_rows > live or not live else min(r.pool_index for r in reqs if r.extend_len)
+        raw_lo = 0 if num_rows > live or not live else pages.extent[0]
+        extents = {
+            "pos": (pos_lo, pos_hi) if num_rows else (0, -1),
+            "req": (req_lo, max((r.pool_index for r in reqs if r.extend_len), default=0)) if num_rows else (0, -1),
+            "raw_out_loc": (raw_lo, max(pages.extent[1], 0)) if num_rows else (0, -1),
+            # c2 slots: raw // 2 on group rows (odd positions), 0 on every other row
+            "c2_slot": (0 if num_rows > live or pages.odd_max < 0 or any(
+                r.extend_len > 1 or r.prefix_len % 2 == 0 for r in reqs if r.extend_len) else pages.extent[0] // 2,
+                max(pages.odd_max, 0) // 2) if num_rows else (0, -1),
+        }
+        described = cls.with_extents(reqs, *(torch.empty(0, dtype=torch.int64),) * 4, offsets, 1, extents)
+        for i, p in enumerate(fits):
+            check_batch_fits(described, p, where=f"pools[{i}]: " if len(fits) > 1 else "")
+
+        def rows_on_host():
+            pos = torch.zeros(num_rows, dtype=torch.int64)
+            req = torch.zeros(num_rows, dtype=torch.int64)
+            raw = torch.zeros(num_rows, dtype=torch.int64)
+            return pos, req, raw
+
+        pos, req, raw = allocate("pad_to", num_rows, rows_on_host)
         row = 0
-        for r, locations in zip(reqs, allocator.assign(reqs, commit=False)):  # no page given yet
+        for r, locations in zip(reqs, pages.locations):
             n = r.extend_len
             pos[row : row + n] = torch.arange(r.prefix_len, r.prefix_len + n)
             req[row : row + n] = r.pool_index
             raw[row : row + n] = locations
             row += n
         c2_slot = torch.where((pos % 2 == 1) & (raw != 0), raw // 2, 0)
-        offsets = build_extend_offsets([r.extend_len for r in reqs], slots)
-        on_host = cls(reqs, pos, req, raw, c2_slot, offsets, kv_slots_needed=1)
-        for i, p in enumerate(fits):
-            check_batch_fits(on_host, p, where=f"pools[{i}]: " if len(fits) > 1 else "")
-        allocator.assign(reqs)  # every check passed: give the pages (the same ones)
-        return cls(reqs, pos.to(dev), req.to(dev), raw.to(dev), c2_slot.to(dev), offsets.to(dev),
-                   kv_slots_needed=on_host.kv_slots_needed)
+        tensors = allocate("pad_to", num_rows, lambda: [t.to(dev) for t in (pos, req, raw, c2_slot, offsets)])
+        allocator.take(pages)  # every check passed: give the pages
+        return cls.with_extents(reqs, *tensors, described.kv_slots_needed, extents)
 
     # The layout of the rows, and what they do (the row plan), from the host-side request list.
+
+    @classmethod
+    def with_extents(cls, requests, pos, req, raw_out_loc, c2_slot, extend_offsets, kv_slots_needed: int,
+                     extents: dict[str, tuple[int, int]]) -> "ExtendBatch":
+        """A batch whose extents are known already (counted on the host from the requests and the
+        pages, or carried from a loaded batch): made without reading a tensor. The caller vouches
+        for ``extents``; :meth:`check` counts them again from the tensors."""
+        batch = object.__new__(cls)
+        fields = dict(requests=tuple(requests), pos=pos, req=req, raw_out_loc=raw_out_loc, c2_slot=c2_slot,
+                      extend_offsets=extend_offsets, kv_slots_needed=kv_slots_needed)
+        for name, value in fields.items():
+            object.__setattr__(batch, name, value)
+        _set_extents(batch, dict(extents))
+        return batch
+
+    def check(self, pools: Pools | None = None) -> None:
+        """Check the batch against itself (and ``pools``), reading its tensors on the host (a sync:
+        never inside a capture). ``ValueError`` naming the tensor, the row and the expected value
+        unless:
+
+        - the extents of the tensors *now* (a batch changed in place is counted again) lie inside
+          the pools: pool indices, c2 slots, token slots, and positions ``>= 0``;
+        - the extend offsets are well formed (:func:`check_extend_offsets`) and say what the request
+          list says: slot ``r`` starts where the requests before it end and holds ``extend_len``
+          rows, slots past the batch hold no row;
+        - each request's rows hold its pool index and consecutive positions from ``prefix_len``,
+          and either all of them a token slot (``raw_out_loc != 0``) or none (a dummy request);
+          every row outside the requests is padding (``raw_out_loc == 0``);
+        - ``c2_slot`` is ``raw_out_loc // 2`` on group rows (odd ``pos``), 0 on every other row:
+          what the fused kernel computes from ``raw_out_loc``, so both paths store at one slot;
+        - no two group rows store at one c2 slot.
+        """
+        check_extend_offsets(self.extend_offsets, self.num_rows)
+        host = torch.stack([getattr(self, name) for name in ROW_TENSORS]).cpu()
+        pos, req, raw, c2 = host.tolist()
+        if pools is not None:
+            now = {name: (min(v), max(v)) if v else (0, -1) for name, v in zip(ROW_TENSORS, (pos, req, raw, c2))}
+            check_batch_fits(self, pools, extents=now)
+        elif pos and min(pos) < 0:
+            raise ValueError(f"batch.pos holds position {min(pos)}; expected values >= 0")
+        starts, counts = self.extend_offsets.tolist()
+        if len(self.requests) > len(starts):
+            raise ValueError(f"batch.requests has {len(self.requests)} requests but batch.extend_offsets "
+                             f"{len(starts)} request slots; expected at most one request per slot")
+        in_request, row = [False] * self.num_rows, 0
+        for r, (start, count) in enumerate(zip(starts, counts)):
+            want = self.requests[r] if r < len(self.requests) else None
+            if (start, count) != (row if want else start, want.extend_len if want else 0):
+                says = (f"request {tuple(want)} at row {row}, {want.extend_len} rows" if want
+                        else "no request (a slot past the batch): 0 rows")
+                raise ValueError(f"batch.extend_offsets[:, {r}] = ({start}, {count}), but batch.requests says "
+                                 f"{says}; expected offsets that match the rows")
+            if want is None:
+                continue
+            spans = {raw[row + i] != 0 for i in range(count)}
+            for i in range(count):
+                if (req[row + i], pos[row + i]) != (want.pool_index, want.prefix_len + i):
+                    raise ValueError(f"row {row + i} holds req {req[row + i]}, pos {pos[row + i]}; request slot {r} "
+                                     f"{tuple(want)} expects req {want.pool_index}, pos {want.prefix_len + i}")
+                in_request[row + i] = True
+            if len(spans) > 1:
+                raise ValueError(f"request slot {r} {tuple(want)} has rows with raw_out_loc == 0 (padding) beside "
+                                 "rows with a token slot; expected all of its rows one or the other")
+            row += count
+        for i in range(self.num_rows):
+            if not in_request[i] and raw[i] != 0:
+                raise ValueError(f"batch.raw_out_loc[{i}] = {raw[i]} on a padding row (in no request); expected 0")
+        stored: dict[int, int] = {}
+        for i in range(self.num_rows):
+            want = raw[i] // 2 if pos[i] % 2 == 1 and raw[i] != 0 else 0
+            if c2[i] != want:
+                raise ValueError(f"batch.c2_slot[{i}] = {c2[i]}, but raw_out_loc[{i}] = {raw[i]} at pos {pos[i]}; "
+                                 f"expected {want} (raw_out_loc // 2 on a group row, else 0)")
+            if want and stored.setdefault(want, i) != i:
+                raise ValueError(f"rows {stored[want]} and {i} both store at c2 slot {want}; expected each group "
+                                 "its own c2 slot")
 
     def row_ranges(self) -> list[range]:
         """The rows of each request slot, in batch order (what ``extend_offsets`` says)."""
@@ -194,9 +287,18 @@ class ExtendBatch:
         )
 
 
-def check_requests(requests, allocator: ReqToTokenPool) -> tuple[Request, ...]:
+class CheckedRequests(tuple):
+    """Requests :func:`check_requests` checked against ``allocator``: :meth:`ExtendBatch.build` with
+    the same allocator takes them as they are, without checking them again."""
+
+    allocator: ReqToTokenPool
+
+
+def check_requests(requests, allocator: ReqToTokenPool) -> CheckedRequests:
     """The requests as :class:`Request` tuples of ints; ``ValueError`` naming the request and the
     field if one is bad (fields as :func:`~c2graph.compressor.arguments.as_int` takes them)."""
+    if isinstance(requests, CheckedRequests) and requests.allocator is allocator:
+        return requests
     expected = "expected a list of (pool_index, prefix_len, extend_len) tuples"
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
         raise ValueError(f"requests = {requests!r}; {expected}")
@@ -213,7 +315,26 @@ def check_requests(requests, allocator: ReqToTokenPool) -> tuple[Request, ...]:
         if r.pool_index in seen:
             raise ValueError(f"request {i}: pool_index = {r.pool_index} appears twice in one batch")
         seen.add(r.pool_index)
-    return tuple(reqs)
+    checked = CheckedRequests(reqs)
+    checked.allocator = allocator
+    return checked
+
+
+def count_extents(rows: Sequence[torch.Tensor]) -> dict[str, tuple[int, int]]:
+    """``{name: (smallest, largest)}`` of the per-row tensors (:data:`ROW_TENSORS`, in that order),
+    ``(0, -1)`` where there is no row. Reads them (a sync on a device)."""
+    if rows[0].numel():
+        lo, hi = (v.tolist() for v in torch.stack(list(rows)).aminmax(dim=1))
+    else:
+        lo, hi = [0] * len(rows), [-1] * len(rows)
+    return dict(zip(ROW_TENSORS, zip(lo, hi)))
+
+
+def _set_extents(batch: ExtendBatch, extents: dict[str, tuple[int, int]]) -> None:
+    object.__setattr__(batch, "extents", extents)
+    addressed = max(extents["c2_slot"][1], extents["raw_out_loc"][1] // 2, 0) + 1
+    needed = max(as_int("kv_slots_needed", batch.kv_slots_needed), addressed)
+    object.__setattr__(batch, "kv_slots_needed", needed)
 
 
 def _is_fields(r) -> bool:
