@@ -29,6 +29,8 @@ def build_extend_offsets(counts: Sequence[int], request_slots: int, device=None)
     for c in counts:
         starts.append(total)
         total += c
+    if total >= 2**31:
+        raise ValueError(f"counts add up to {total} rows; expected fewer than 2**31 (the offsets are int32)")
     pad = request_slots - len(counts)
     offsets = torch.tensor(
         [starts + [total] * pad, counts + [0] * pad], dtype=torch.int32

@@ -340,13 +340,13 @@ def compress_fused(
     the op itself (:func:`check_launch`: shapes, dtypes, no output sharing memory with another
     tensor), before it launches; whatever their values, the kernel writes nothing outside them.
     """
+    check_layer_batch_pools(layer, batch, pools)
     cfg = layer.cfg
     if not layer.use_fused_gate:
         raise ValueError(
             "layer.use_fused_gate is False; the fused path reads the one | kv | score | buffer of "
             "the fused-gate projection: use compress_torch for this layer"
         )
-    check_layer_batch_pools(layer, batch, pools)
     # The op takes tensors only (its schema): anything else is refused here, by name.
     for name, t, want in (("projected", projected, "[T, 2D] fp32"), ("latent_out", latent_out, "[T, D] bf16")):
         if t is not None and not isinstance(t, torch.Tensor):

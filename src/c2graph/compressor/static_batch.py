@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import as_device, as_int
-from .batch import ROW_TENSORS as ROWS, ExtendBatch, Request
+from .arguments import allocate, as_device, as_int
+from .batch import MAX_ROWS, ROW_TENSORS as ROWS, ExtendBatch, Request
 from .extend_offsets import build_extend_offsets
 
 
@@ -38,12 +38,14 @@ class StaticBatch:
     """
 
     def __init__(self, bucket: int, request_slots: int, device=None, *, buckets: Sequence[int] = ()):
-        self.bucket = as_int("bucket", bucket, least=1)
-        self.request_slots = as_int("request_slots", request_slots, least=1)
+        self.bucket = as_int("bucket", bucket, least=1, below=MAX_ROWS, below_is="2**31 (the offsets are int32)")
+        self.request_slots = as_int("request_slots", request_slots, least=1, below=MAX_ROWS, below_is="2**31")
         device = as_device("device", device, DEFAULT_DEVICE)
         for name in ROWS:
-            setattr(self, name, torch.zeros(self.bucket, dtype=torch.int64, device=device))
-        self.low_ratio_extend_offsets = torch.zeros(2, self.request_slots, dtype=torch.int32, device=device)
+            setattr(self, name, allocate("bucket", self.bucket,
+                                         lambda: torch.zeros(self.bucket, dtype=torch.int64, device=device)))
+        self.low_ratio_extend_offsets = allocate("request_slots", self.request_slots, lambda: torch.zeros(
+            2, self.request_slots, dtype=torch.int32, device=device))
         sizes = {as_int(f"buckets[{i}]", b, least=1, below=self.bucket + 1) for i, b in enumerate(buckets)}
         self._sizes = sorted(sizes | {self.bucket})
         self._held = {name: (0, 0) for name in ROWS}  # extents of every row the tensors hold (all zeros)

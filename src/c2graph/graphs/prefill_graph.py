@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from ..compressor.arguments import as_int, as_ints, check_batch_fits
-from ..compressor.batch import ExtendBatch, check_requests
+from ..compressor.batch import MAX_ROWS, ExtendBatch, check_requests
 from ..compressor.compress import compress, layer_path
 from ..compressor.fused import compress_fused
 from ..compressor.model import check_layers_and_pools, one_layer
@@ -139,6 +139,8 @@ class PrefillGraphRunner:
         self.layers, self.layer_pools = check_layers_and_pools(layers, pools)
         warmup_iters = as_int("warmup_iters", warmup_iters, least=0)
         buckets = sorted(set(as_ints("buckets", buckets, least=1)))
+        for i, b in enumerate(buckets):
+            as_int(f"buckets[{i}]", b, below=MAX_ROWS, below_is="2**31 (the extend offsets are int32)")
         self.buckets, self.request_slots = buckets, as_int("request_slots", request_slots, least=1)
         self.device = self.layer_pools[0].device
         self.static = StaticBuffers(self.layers, buckets, self.request_slots, self.device)
