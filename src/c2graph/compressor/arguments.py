@@ -256,7 +256,6 @@ def check_projected(layer: SourceLayer, projected, T: int, device: torch.device)
 def check_outputs(pools: Pools, latent_out: torch.Tensor | None, read: dict[str, torch.Tensor]) -> None:
     """No tensor a path writes (the caches, the ring, ``latent_out`` unless ``None``) shares memory
     with another, nor with one it reads (``read``: the projection, the batch's tensors)."""
-    written = {f"pools.{name}": t for name, t in pools.tensors().items()}
-    if latent_out is not None:
-        written["latent_out"] = latent_out
+    written = {"latent_out": latent_out} if latent_out is not None else {}
+    written.update({f"pools.{name}": t for name, t in pools.tensors().items()})
     check_no_overlap(written, read)

@@ -33,8 +33,8 @@ import triton
 
 from .._runtime import INTERPRET
 from .arguments import (FLOAT32_MAX, FLOAT32_TINY, as_float32_real, check_layer_batch_pools, check_no_overlap,
-                        check_tensor)
-from .batch import MAX_ROWS
+                        check_outputs, check_tensor)
+from .batch import MAX_ROWS, ROW_TENSORS
 from .config import MAX_RING_SIZE
 from .batch import ExtendBatch
 from .fused_kernel import fused_compress_kernel
@@ -203,7 +203,7 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
             raise ValueError(f"{name} is not contiguous (strides {t.stride()}); expected a dense row-major tensor")
     if ring.shape[0] % ring_size != 1:
         raise ValueError(f"ring has {ring.shape[0]} rows; expected pool_requests * ring_size ({ring_size}) + 1")
-    written = ("ring", "kv_cache", "index_k", "latent_out")
+    written = ("latent_out", "ring", "kv_cache", "index_k")
     check_no_overlap({name: expected[name][0] for name in written},
                      {name: t for name, (t, _, _) in expected.items() if name not in written})
 
@@ -349,8 +349,9 @@ def compress_fused(
         )
     # The op takes tensors only (its schema): anything else is refused here, by name.
     for name, t, want in (("projected", projected, "[T, 2D] fp32"), ("latent_out", latent_out, "[T, D] bf16")):
-        if t is not None and not isinstance(t, torch.Tensor):
+        if (t is not None or name == "projected") and not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} is a {type(t).__name__}; expected one {want} tensor")
+    check_outputs(pools, latent_out, {"projected": projected, **{f"batch.{n}": getattr(batch, n) for n in ROW_TENSORS}})
     if validate:
         batch.check(pools)
     if latent_out is None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from .batch import ExtendBatch
+from .batch import ROW_TENSORS, ExtendBatch
 from .pools import Pools
 from .ring import restore_sentinel, ring_row, sentinel_row
 from .source_layer import SourceLayer
@@ -179,7 +179,7 @@ def compress_torch(
     kv, score = check_projected(layer, (kv, score), T, pools.device)
     if latent_out is not None:
         check_tensor("latent_out", latent_out, (T, cfg.D), torch.bfloat16, pools.device)
-    read = {"kv": kv, "score": score, **{f"batch.{n}": getattr(batch, n) for n in ("pos", "req", "raw_out_loc", "c2_slot")}}
+    read = {"kv": kv, "score": score, **{f"batch.{n}": getattr(batch, n) for n in ROW_TENSORS}}
     check_outputs(pools, latent_out, read)
     if validate:
         batch.check(pools)
