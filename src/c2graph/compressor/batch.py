@@ -194,7 +194,7 @@ class ExtendBatch:
           rows, slots past the batch hold no row;
         - each request's rows hold its pool index and consecutive positions from ``prefix_len``,
           and either all of them a token slot (``raw_out_loc != 0``) or none (a dummy request);
-          every row outside the requests is padding (``raw_out_loc == 0``);
+          every row outside the requests is padding (``raw_out_loc``, ``pos`` and ``req`` 0);
         - ``c2_slot`` is ``raw_out_loc // 2`` on group rows (odd ``pos``), 0 on every other row:
           what the fused kernel computes from ``raw_out_loc``, so both paths store at one slot;
         - no two group rows store at one c2 slot.
@@ -232,8 +232,9 @@ class ExtendBatch:
                                  "rows with a token slot; expected all of its rows one or the other")
             row += count
         for i in range(self.num_rows):
-            if not in_request[i] and raw[i] != 0:
-                raise ValueError(f"batch.raw_out_loc[{i}] = {raw[i]} on a padding row (in no request); expected 0")
+            if not in_request[i] and (raw[i], pos[i], req[i]) != (0, 0, 0):
+                raise ValueError(f"row {i} is in no request but holds raw_out_loc {raw[i]}, pos {pos[i]}, req {req[i]}; "
+                                 "expected a padding row: 0, 0, 0")
         stored: dict[int, int] = {}
         for i in range(self.num_rows):
             want = raw[i] // 2 if pos[i] % 2 == 1 and raw[i] != 0 else 0
