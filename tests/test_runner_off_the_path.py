@@ -15,6 +15,7 @@ import pytest
 import torch
 from graph_backends import backend  # noqa: F401  (a fixture)
 from sync_count import counting_host_reads
+from support import POISON
 from test_bad_input import CFG, PATHS, _run_still_equals_eager, _runner, assert_refused
 
 from c2graph.measure.compare import compare_pools
@@ -200,3 +201,60 @@ def test_a_batch_changed_in_place_after_run_is_not_replayed_silently(backend, mo
     bad = dataclasses.replace(step.batch, pos=step.batch.pos.clone())
     assert bad.extents["pos"][0] == -1
     assert_refused(lambda: runner.refresh(bad, x, validate=False), "batch.pos holds position -1", runner, alloc)
+
+
+STATIC_EDITS = {  # a static tensor changed in place between replays: what no check sees
+    "c2_slot = -1": lambda s: s.c2_slot.fill_(-1),
+    "c2_slot past the caches": lambda s: s.c2_slot.add_(10_000),
+    "raw_out_loc past the caches": lambda s: s.raw_out_loc.add_(100_000),
+    "req = 99": lambda s: s.req.fill_(99),
+    "req = -1": lambda s: s.req.fill_(-1),
+    "pos = -3": lambda s: s.pos.sub_(3),
+    "offsets before row 0": lambda s: s.extend_offsets[0].sub_(2),
+    "offsets past the rows": lambda s: s.extend_offsets[1].add_(50),
+}
+
+
+@pytest.mark.parametrize("fused", PATHS)
+def test_a_replay_of_any_static_batch_writes_only_inside_the_caches_and_the_ring(backend, fused, monkeypatch):
+    """A graph replays whatever the static tensors hold. Changed by hand past every check, they
+    still send no write outside the caches and the ring (each one a view inside a larger tensor
+    whose guard rows must keep their poison), nor into the last c2 slot through a negative index."""
+    runner, _ = _runner(backend, fused, monkeypatch)
+    alloc = good_alloc()
+    pools = runner.pools
+    big = {}
+    for name, t in pools.tensors().items():  # a new runner over guarded pools: captured that way
+        big[name] = torch.full((t.shape[0] + 4, t.shape[1]), 7.0, dtype=t.dtype, device=t.device)
+        big[name][2:-2] = t
+        setattr(pools, name, big[name][2:-2])
+    runner = c2.PrefillGraphRunner(runner.layer, pools, buckets=[8, 16], request_slots=2)
+    last = pools.kv_slots - 1
+    for edit in STATIC_EDITS.values():
+        x = runner.layer.random_hidden(9, seed=8)
+        batch = c2.ExtendBatch.build([(0, 1, 5), (3, 0, 4)], alloc, request_slots=2, pad_to=16, device=runner.device)
+        assert last not in batch.stored_slots()
+        runner.refresh(batch, x)
+        edit(runner.static)
+        runner.graphs[16].replay()
+        for name, t in big.items():
+            assert (t[:2].float() == 7).all() and (t[-2:].float() == 7).all(), f"a write outside pools.{name}"
+        assert (pools.kv_cache[last].float() == POISON).all() and (pools.index_k[last].float() == POISON).all()
+
+
+def test_a_step_checks_each_request_once(backend, monkeypatch):
+    """``run`` checks the requests once and works the pages out once (building the batch takes the
+    checked requests as they are)."""
+    runner, _ = _runner(backend, False, monkeypatch)
+    alloc = good_alloc()
+    calls = {"check_request": 0, "pages_for": 0}
+    for name in calls:
+        original = getattr(c2.ReqToTokenPool, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(c2.ReqToTokenPool, name, counted)
+    runner.run([(0, 0, 5), (1, 1, 6)], alloc, runner.layer.random_hidden(11, seed=9))
+    assert calls == {"check_request": 2, "pages_for": 1}
