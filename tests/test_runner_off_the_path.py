@@ -78,8 +78,8 @@ def test_refresh_checks_its_batch_as_run_does(backend, fused, monkeypatch):
     alloc = good_alloc()
     x6 = runner.layer.random_hidden(6, seed=2)
     unpadded = c2.ExtendBatch.build([(0, 0, 6)], alloc, request_slots=2, device=runner.device)
-    assert_refused(lambda: runner.refresh(unpadded, x6), r"batch has 6 rows and 2 request slots; expected a bucket "
-                   r"this runner captured \(\[8, 16\]\) and 2 request slots", runner, alloc)
+    assert_refused(lambda: runner.refresh(unpadded, x6), r"batch has 6 rows and 2 request slots; expected one of "
+                   r"this runner's buckets \(\[8, 16\]\) and 2 request slots", runner, alloc)
     far_alloc.assign([(p, 0, 96) for p in range(4)])
     far = next((p, 16 * k) for p in range(4) for k in range(6)
                if far_alloc.page_table[p, k].item() * CFG.page_size // 2 >= runner.pools.kv_slots)

@@ -50,10 +50,12 @@ class ExtendBatch:
     - ``extend_offsets``: ``[2, request_slots]`` int32, first row and row count of each slot
     - ``kv_slots_needed``: 1 + the largest c2 slot its rows address, at least (counted on the host)
     - ``extents``: ``{name: (smallest, largest)}`` of ``pos``, ``req``, ``raw_out_loc`` and
-      ``c2_slot``, counted on the host whenever a batch is made, ``dataclasses.replace`` included,
-      so that the checks against the pools (:func:`~c2graph.compressor.arguments.check_batch_fits`)
-      need no sync and run inside a capture too. Make a batch outside a capture (it reads the
-      tensors once); a batch changed in place afterwards is not counted again.
+      ``c2_slot``, known on the host whenever a batch is made, so that the checks against the pools
+      (:func:`~c2graph.compressor.arguments.check_batch_fits`) need no sync and run inside a capture
+      too. :meth:`build` counts them from the requests and the pages (it reads no tensor back);
+      a batch made from tensors (the constructor, ``dataclasses.replace``) reads them once: make
+      it outside a capture. A batch changed in place afterwards is not counted again: with
+      ``validate=True`` (the default) both paths check it as it is now (:meth:`check`).
     """
 
     requests: tuple[Request, ...]
@@ -111,7 +113,9 @@ class ExtendBatch:
         count shared by data-parallel ranks) defaults to the live rows. ``pools``: the pools (one
         or a list) the batch is for; its pool indices and c2 slots must lie inside each. Every
         argument is checked, and the pages the requests would get worked out, before any page is
-        allocated: a ``ValueError`` leaves the allocator as it was.
+        allocated: a ``ValueError`` leaves the allocator as it was. Requests that
+        :func:`check_requests` returned for this allocator are not checked again. The batch's
+        tensors are made on the host and copied to ``device``; nothing is read back (no sync).
         """
         reqs = check_requests(requests, allocator)
         slots = len(reqs) if request_slots is None else as_int("request_slots", request_slots, least=0)
@@ -199,15 +203,13 @@ class ExtendBatch:
           what the fused kernel computes from ``raw_out_loc``, so both paths store at one slot;
         - no two group rows store at one c2 slot.
         """
-        check_extend_offsets(self.extend_offsets, self.num_rows)
-        host = torch.stack([getattr(self, name) for name in ROW_TENSORS]).cpu()
-        pos, req, raw, c2 = host.tolist()
+        starts, counts = check_extend_offsets(self.extend_offsets, self.num_rows)
+        pos, req, raw, c2 = (getattr(self, name).tolist() for name in ROW_TENSORS)  # copies, no kernel
         if pools is not None:
             now = {name: (min(v), max(v)) if v else (0, -1) for name, v in zip(ROW_TENSORS, (pos, req, raw, c2))}
             check_batch_fits(self, pools, extents=now)
         elif pos and min(pos) < 0:
             raise ValueError(f"batch.pos holds position {min(pos)}; expected values >= 0")
-        starts, counts = self.extend_offsets.tolist()
         if len(self.requests) > len(starts):
             raise ValueError(f"batch.requests has {len(self.requests)} requests but batch.extend_offsets "
                              f"{len(starts)} request slots; expected at most one request per slot")

@@ -62,8 +62,9 @@ from .graph import Graph, warmup
 class PrefillStep:
     """What :meth:`PrefillGraphRunner.run` did with one batch.
 
-    ``latents``: one ``[rows, D]`` bf16 tensor per layer; after a replay each is a view of that
-    layer's static latent buffer, overwritten by the next replay (copy it to keep it).
+    ``latents``: one ``[rows, D]`` bf16 tensor per layer, NaN on the rows that complete no group
+    (in graph and eager mode alike); after a replay each is a view of that layer's static latent
+    buffer, overwritten by the next replay (copy it to keep it).
     """
 
     mode: str  # "graph" or "eager"
@@ -246,7 +247,7 @@ class PrefillGraphRunner:
         (:meth:`StaticBuffers.load`), then every layer's source projection (:meth:`project`) and its
         latents filled with NaN.
 
-        ``batch``: padded to a bucket this runner captured, with ``request_slots`` slots, fitting every
+        ``batch``: padded to one of the runner's buckets, with ``request_slots`` slots, fitting every
         layer's pools; with ``validate`` (the default) also checked against itself on the host
         (:meth:`ExtendBatch.check`: a sync). All of it, and that the graphs' tensors are still the
         runner's (:meth:`check_captured`), before anything is written. Holds :attr:`lock`.
@@ -254,10 +255,10 @@ class PrefillGraphRunner:
         with self.lock:
             if not isinstance(batch, ExtendBatch):
                 raise ValueError(f"batch is a {type(batch).__name__}; expected a c2graph.ExtendBatch")
-            if batch.num_rows not in self.graphs or batch.request_slots != self.request_slots:
+            if batch.num_rows not in self.buckets or batch.request_slots != self.request_slots:
                 raise ValueError(
-                    f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; expected a bucket "
-                    f"this runner captured ({sorted(self.graphs)}) and {self.request_slots} request slots "
+                    f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; expected one of "
+                    f"this runner's buckets ({self.buckets}) and {self.request_slots} request slots "
                     "(ExtendBatch.build's pad_to and request_slots)")
             self._check_xs(xs, batch.live_rows)
             self.check_captured()
