@@ -157,7 +157,7 @@ def compress_torch(
     pools: Pools,
     *,
     latent_out: torch.Tensor | None = None,
-    validate: bool = True,
+    validate: bool = False,
 ) -> torch.Tensor:
     """Compress one extend batch with torch ops: write ``pools.kv_cache``, ``pools.index_k``, ``pools.ring``.
 
@@ -168,10 +168,11 @@ def compress_torch(
     :func:`~c2graph.compressor.compress.compress` starts from the hidden states instead.
 
     Everything is checked before the first write: the pools' tensors, the batch's, the outputs
-    sharing no memory with each other or with an input, and, with ``validate`` (the default), the
-    batch against itself and the pools on the host (:meth:`ExtendBatch.check`: a sync).
-    ``validate=False`` skips only that check, so the call reads no tensor values (graph capture);
-    whatever the batch then holds, no read or write lands outside the caches and the ring
+    sharing no memory with each other or with an input. With ``validate=True`` the batch is also
+    checked against itself and the pools on the host (:meth:`ExtendBatch.check`: a sync), as
+    :func:`~c2graph.compressor.compress.compress` does by default. The default, ``False``, reads no
+    tensor values, so the torch path runs inside a graph capture and under ``torch.compile`` as it
+    is; whatever the batch then holds, no read or write lands outside the caches and the ring
     (:func:`inside`; unwanted stores go to c2 slot 0).
     """
     check_layer_batch_pools(layer, batch, pools)
