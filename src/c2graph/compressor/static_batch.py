@@ -41,11 +41,13 @@ class StaticBatch:
         self.bucket = as_int("bucket", bucket, least=1, below=MAX_ROWS, below_is="2**31 (the offsets are int32)")
         self.request_slots = as_int("request_slots", request_slots, least=1, below=MAX_ROWS, below_is="2**31")
         device = as_device("device", device, DEFAULT_DEVICE)
+
+        def zeros(name: str, *shape: int, dtype: torch.dtype) -> torch.Tensor:  # sized by the argument ``name``
+            return allocate(name, getattr(self, name), lambda: torch.zeros(*shape, dtype=dtype, device=device))
+
         for name in ROWS:
-            setattr(self, name, allocate("bucket", self.bucket,
-                                         lambda: torch.zeros(self.bucket, dtype=torch.int64, device=device)))
-        self.low_ratio_extend_offsets = allocate("request_slots", self.request_slots, lambda: torch.zeros(
-            2, self.request_slots, dtype=torch.int32, device=device))
+            setattr(self, name, zeros("bucket", self.bucket, dtype=torch.int64))
+        self.low_ratio_extend_offsets = zeros("request_slots", 2, self.request_slots, dtype=torch.int32)
         sizes = {as_int(f"buckets[{i}]", b, least=1, below=self.bucket + 1) for i, b in enumerate(buckets)}
         self._sizes = sorted(sizes | {self.bucket})
         self._held = {name: (0, 0) for name in ROWS}  # extents of every row the tensors hold (all zeros)
