@@ -191,10 +191,10 @@ def compress_torch(
     pooled = gate(kv_prev, score_prev, kv, score)
     latent = finish(pooled, layer.norm_w, cfg.eps)
     group_pos = batch.pos - batch.pos % 2
-    slot = inside(batch.c2_slot, pools.kv_slots, 0)
-    stores = (slot != 0)[:, None]
-    pools.index_k[slot] = index_key(latent, layer, group_pos)
-    pools.kv_cache[slot] = rope(latent, group_pos, layer.inv_freq)
+    c2_slot = inside(batch.c2_slot, pools.kv_slots, 0)  # a slot of the caches, whatever the batch holds
+    stores = (c2_slot != 0)[:, None]
+    pools.index_k[c2_slot] = index_key(latent, layer, group_pos)
+    pools.kv_cache[c2_slot] = rope(latent, group_pos, layer.inv_freq)
     latent_out.copy_(torch.where(stores, latent, latent_out))
     park(pools.ring, kv, score, batch, cfg.ring_size)
     return latent_out
