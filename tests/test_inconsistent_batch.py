@@ -15,7 +15,9 @@ import dataclasses
 
 import pytest
 import torch
-from support import POISON
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from support import POISON, ragged_requests
 from test_bad_input import assert_refused, make_case
 
 from c2graph.compressor.arguments import FLOAT32_TINY
@@ -396,4 +398,18 @@ def test_a_built_batch_counted_its_extents_without_reading_a_tensor(monkeypatch)
     assert reads == []
     from c2graph.compressor.batch import ROW_TENSORS, count_extents
 
+    assert batch.extents == count_extents([getattr(batch, n) for n in ROW_TENSORS])
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests=ragged_requests(pool_requests=6, max_requests=4, max_prefix=40, max_len=9),
+       lengths=st.lists(st.integers(0, 3), min_size=4, max_size=4), padding=st.integers(0, 3))
+def test_the_extents_counted_from_the_requests_are_the_tensors(requests, lengths, padding):
+    """Odd and even starts, one-row requests, zero-length ones, padding or none: what ``build``
+    counted without reading a tensor is what the tensors hold."""
+    from c2graph.compressor.batch import ROW_TENSORS, count_extents
+
+    requests = [(p, prefix, n) for (p, prefix, _), n in zip(requests, lengths)]
+    alloc = c2.ReqToTokenPool(CFG, 6, 64, seed=5)
+    batch = c2.ExtendBatch.build(requests, alloc, pad_to=sum(r[2] for r in requests) + padding, device=DEV)
     assert batch.extents == count_extents([getattr(batch, n) for n in ROW_TENSORS])

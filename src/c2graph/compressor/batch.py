@@ -133,20 +133,7 @@ class ExtendBatch:
         pages = allocator.pages_for(reqs)  # worked out, no page given yet
         offsets = build_extend_offsets([r.extend_len for r in reqs], slots)
 
-        # The extents, counted from the requests and the pages on the host: no tensor is read back.
-        pos_hi = max((r.prefix_len + r.extend_len - 1 for r in reqs if r.extend_len), default=0)
-        pos_lo = 0 if num_rows > live or not live else min(r.prefix_len for r in reqs if r.extend_len)
-        req_lo = 0 if num_rows > live or not live else min(r.pool_index for r in reqs if r.extend_len)
-        raw_lo = 0 if num_rows > live or not live else pages.extent[0]
-        extents = {
-            "pos": (pos_lo, pos_hi) if num_rows else (0, -1),
-            "req": (req_lo, max((r.pool_index for r in reqs if r.extend_len), default=0)) if num_rows else (0, -1),
-            "raw_out_loc": (raw_lo, max(pages.extent[1], 0)) if num_rows else (0, -1),
-            # c2 slots: raw // 2 on group rows (odd positions), 0 on every other row
-            "c2_slot": (0 if num_rows > live or pages.odd_max < 0 or any(
-                r.extend_len > 1 or r.prefix_len % 2 == 0 for r in reqs if r.extend_len) else pages.extent[0] // 2,
-                max(pages.odd_max, 0) // 2) if num_rows else (0, -1),
-        }
+        extents = _built_extents(reqs, pages, num_rows)  # from the requests and the pages: no tensor read
         described = cls.with_extents(reqs, *(torch.empty(0, dtype=torch.int64),) * 4, offsets, 1, extents)
         for i, p in enumerate(fits):
             check_batch_fits(described, p, where=f"pools[{i}]: " if len(fits) > 1 else "")
@@ -169,8 +156,6 @@ class ExtendBatch:
         tensors = allocate("pad_to", num_rows, lambda: [t.to(dev) for t in (pos, req, raw, c2_slot, offsets)])
         allocator.take(pages)  # every check passed: give the pages
         return cls.with_extents(reqs, *tensors, described.kv_slots_needed, extents)
-
-    # The layout of the rows, and what they do (the row plan), from the host-side request list.
 
     @classmethod
     def with_extents(cls, requests, pos, req, raw_out_loc, c2_slot, extend_offsets, kv_slots_needed: int,
@@ -216,20 +201,20 @@ class ExtendBatch:
         in_request, row = [False] * self.num_rows, 0
         for r, (start, count) in enumerate(zip(starts, counts)):
             want = self.requests[r] if r < len(self.requests) else None
-            if (start, count) != (row if want else start, want.extend_len if want else 0):
+            if (start, count) != ((row, want.extend_len) if want else (start, 0)):
                 says = (f"request {tuple(want)} at row {row}, {want.extend_len} rows" if want
                         else "no request (a slot past the batch): 0 rows")
                 raise ValueError(f"batch.extend_offsets[:, {r}] = ({start}, {count}), but batch.requests says "
                                  f"{says}; expected offsets that match the rows")
             if want is None:
                 continue
-            spans = {raw[row + i] != 0 for i in range(count)}
+            holds_a_slot = {raw[row + i] != 0 for i in range(count)}
             for i in range(count):
                 if (req[row + i], pos[row + i]) != (want.pool_index, want.prefix_len + i):
                     raise ValueError(f"row {row + i} holds req {req[row + i]}, pos {pos[row + i]}; request slot {r} "
                                      f"{tuple(want)} expects req {want.pool_index}, pos {want.prefix_len + i}")
                 in_request[row + i] = True
-            if len(spans) > 1:
+            if len(holds_a_slot) > 1:
                 raise ValueError(f"request slot {r} {tuple(want)} has rows with raw_out_loc == 0 (padding) beside "
                                  "rows with a token slot; expected all of its rows one or the other")
             row += count
@@ -246,6 +231,8 @@ class ExtendBatch:
             if want and stored.setdefault(want, i) != i:
                 raise ValueError(f"rows {stored[want]} and {i} both store at c2 slot {want}; expected each group "
                                  "its own c2 slot")
+
+    # The layout of the rows, and what they do (the row plan), from the host-side request list.
 
     def row_ranges(self) -> list[range]:
         """The rows of each request slot, in batch order (what ``extend_offsets`` says)."""
@@ -321,6 +308,24 @@ def check_requests(requests, allocator: ReqToTokenPool) -> CheckedRequests:
     checked = CheckedRequests(reqs)
     checked.allocator = allocator
     return checked
+
+
+def _built_extents(reqs, pages, num_rows: int) -> dict[str, tuple[int, int]]:
+    """The extents of the batch :meth:`ExtendBatch.build` makes of ``reqs`` on ``pages``
+    (:meth:`ReqToTokenPool.pages_for`), padded to ``num_rows``: counted on the host, no tensor read."""
+    if not num_rows:
+        return {name: (0, -1) for name in ROW_TENSORS}
+    live = [r for r in reqs if r.extend_len]
+    padded = not live or num_rows > sum(r.extend_len for r in live)  # a padding row holds 0 in every tensor
+    # c2_slot is 0 on every row that completes no group: a padding row, or an even one
+    no_group = padded or any(r.extend_len > 1 or r.prefix_len % 2 == 0 for r in live)
+    return {
+        "pos": (0 if padded else min(r.prefix_len for r in live),
+                max((r.prefix_len + r.extend_len - 1 for r in live), default=0)),
+        "req": (0 if padded else min(r.pool_index for r in live), max((r.pool_index for r in live), default=0)),
+        "raw_out_loc": (0 if padded else pages.extent[0], max(pages.extent[1], 0)),
+        "c2_slot": (0 if no_group else pages.extent[0] // 2, max(pages.odd_max, 0) // 2),
+    }
 
 
 def count_extents(rows: Sequence[torch.Tensor]) -> dict[str, tuple[int, int]]:
