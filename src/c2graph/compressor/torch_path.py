@@ -141,11 +141,13 @@ def park_mask(batch: ExtendBatch, ring_size: int) -> torch.Tensor:
 def park(ring: torch.Tensor, kv: torch.Tensor, score: torch.Tensor, batch: ExtendBatch, ring_size: int) -> None:
     """Write ``| kv | score |`` of each request's last ``ring_size`` rows into the ring, in place.
 
-    Rows that are not parked are sent to the sentinel row, which is restored afterwards.
+    Rows that are not parked are sent to the sentinel row, which is restored afterwards; so is a
+    row whose ring row lies outside the ring (a batch changed by hand: :func:`inside`).
     """
     D, sentinel = kv.shape[1], sentinel_row(ring)
-    rows = torch.where(park_mask(batch, ring_size), ring_row(batch.req, batch.pos, ring_size), sentinel)
-    ring[inside(rows, sentinel, sentinel)] = torch.cat([kv, score], dim=1)
+    rows = inside(torch.where(park_mask(batch, ring_size), ring_row(batch.req, batch.pos, ring_size), sentinel),
+                  sentinel, sentinel)
+    ring[rows] = torch.cat([kv, score], dim=1)
     restore_sentinel(ring, D)
 
 
