@@ -167,7 +167,7 @@ def test_build_on_a_device_this_machine_lacks_is_refused_before_allocating():
 
 
 BUILD_REFUSALS = [  # (requests, keyword arguments, our words)
-    ([(0, 0, 4)], dict(pad_to=True), r"pad_to = True; expected an int >= the 4 live rows \(a bool is not a count\)"),
+    ([(0, 0, 4)], dict(pad_to=True), r"pad_to = True; expected an int >= the 4 live rows and < 2\*\*31 .*\(a bool is not"),
     ([(0, 0, 4)], dict(pad_to=6.0), "pad_to = 6.0; expected an int"),
     ([(0, 0, 4)], dict(request_slots=True), r"request_slots = True; expected an int >= 0 \(a bool"),
     ([(0, 0, 4)], dict(request_slots=2.0), "request_slots = 2.0; expected an int >= 0"),
@@ -359,16 +359,25 @@ def test_build_extend_offsets_refuses_negative_and_fractional_counts(counts, slo
         c2.build_extend_offsets(counts, slots)
 
 
+EPS_WORDS = r"expected a finite number >= 1.18e-38 and <= 3.4e\+38 \(float32 holds it\)"
+THETA_WORDS = r"expected a finite number >= 1 and <= 3.4e\+38 \(float32 holds it\) \(RoPE's base"
+
+
 @pytest.mark.parametrize("kw, match", [
-    (dict(eps=float("nan")), "Config.eps = nan; expected a finite number > 0"),
-    (dict(eps=-1.0), "Config.eps = -1.0; expected a finite number > 0"),
-    (dict(eps=0.0), "Config.eps = 0.0; expected a finite number > 0"),
-    (dict(eps=True), "Config.eps = True; expected a finite number > 0"),
-    (dict(rope_theta=0), "Config.rope_theta = 0; expected a finite number > 0"),
-    (dict(rope_theta=float("inf")), "Config.rope_theta = inf; expected a finite number > 0"),
+    (dict(eps=float("nan")), f"Config.eps = nan; {EPS_WORDS}"),
+    (dict(eps=-1.0), f"Config.eps = -1.0; {EPS_WORDS}"),
+    (dict(eps=0.0), f"Config.eps = 0.0; {EPS_WORDS}"),
+    (dict(eps=True), f"Config.eps = True; {EPS_WORDS}"),
+    (dict(eps=1e-300), f"Config.eps = 1e-300; {EPS_WORDS}"),  # 0 in float32: an all-zero row normalises to NaN
+    (dict(eps=1e300), f"Config.eps = 1e\\+300; {EPS_WORDS}"),
+    (dict(rope_theta=0), f"Config.rope_theta = 0; {THETA_WORDS}"),
+    (dict(rope_theta=float("inf")), f"Config.rope_theta = inf; {THETA_WORDS}"),
+    (dict(rope_theta=1e-300), f"Config.rope_theta = 1e-300; {THETA_WORDS}"),  # 0 in float32: inf frequencies
+    (dict(rope_theta=0.5), f"Config.rope_theta = 0.5; {THETA_WORDS}"),  # frequencies that grow past float32
     (dict(hidden=True), r"Config.hidden = True; expected an int >= 1 \(a bool"),
     (dict(hidden=64.0), "Config.hidden = 64.0; expected an int >= 1"),
-    (dict(ring_size=1), "Config.ring_size = 1; expected"),
+    (dict(ring_size=1), r"Config.ring_size = 1; expected an int >= 2 and < 1025"),
+    (dict(ring_size=2**40), r"Config.ring_size = 1099511627776; expected an int >= 2 and < 1025"),
 ])
 def test_config_refuses_values_that_give_nan_caches(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -397,3 +406,70 @@ def test_numpy_integers_are_ints_everywhere(monkeypatch):
     step = runner.run([(i(1), i(0), i(5))], numpy, layer.random_hidden(5, seed=0), pad_to=i(8))
     assert (step.mode, step.bucket) == ("graph", 8) and pools.kv_slots == numpy.kv_slots
     assert len(served_layers(CFG, i(2), unfused_every=i(2))) == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# A batch changed in place, and offsets that are well formed but wrong: random, on both paths.
+
+
+@pytest.mark.parametrize("fused", PATHS)
+@FUZZ
+@given(data=st.data())
+def test_fuzz_batches_changed_in_place_are_refused_or_stay_inside(fused, data):
+    """A built batch, one value of one tensor changed in place (its extents, counted when it was
+    made, are stale): ``validate=True`` refuses it and nothing changes; ``validate=False`` (a
+    capture's call, reading no value) writes only inside the caches and the ring."""
+    layer, alloc, pools = _fuzz_case(fused)
+    requests = data.draw(ragged_requests(pool_requests=6, max_prefix=30), label="requests")
+    batch = c2.ExtendBatch.build(requests, alloc, pad_to=data.draw(st.integers(0, 3)) + sum(r[2] for r in requests),
+                                 request_slots=len(requests) + data.draw(st.integers(0, 2)), device=DEV)
+    name = data.draw(st.sampled_from(["pos", "req", "raw_out_loc", "c2_slot", "extend_offsets"]), label="tensor")
+    tensor = getattr(batch, name)
+    index = (data.draw(st.integers(0, 1)), data.draw(st.integers(0, batch.request_slots - 1))) \
+        if name == "extend_offsets" else data.draw(st.integers(0, batch.num_rows - 1))
+    value = data.draw(st.integers(-2**31, 2**31 - 1) if name == "extend_offsets" else
+                      st.one_of(st.integers(-2**40, 2**40), st.integers(-3, 2 * pools.kv_slots)), label="value")
+    if tensor[index].item() == value:
+        return
+    tensor[index] = value
+    x = layer.random_hidden(batch.live_rows, seed=3)
+    projected = c2.project_padded(layer, x, batch, fused=True)
+    def run(target, validate):
+        if fused:
+            return c2.compress_fused(layer, projected, batch, target, validate=validate)
+        return c2.compress_torch(layer, *c2.split_projected(projected), batch, target, validate=validate)
+
+    try:
+        batch.check(pools)
+    except ValueError:
+        assert_refused(lambda: run(pools, True), None, pools, alloc)
+    else:  # still a batch that says one thing (a request made all padding, as the dummy batch is)
+        latent = run(pools.clone(), True)
+        assert [r for r in range(batch.num_rows) if not latent[r].isnan().all()] == batch.plan(2).group_rows
+    scratch = pools.clone()
+    kept = {n: t.clone() for n, t in scratch.tensors().items()}
+    big = {n: torch.cat([t[:1] * 0 + 7, t, t[:1] * 0 + 7]) for n, t in kept.items()}  # a guard row each side
+    for n, t in big.items():
+        setattr(scratch, n, t[1:-1])
+    run(scratch, False)
+    for n, t in big.items():
+        assert (t[0] == 7).all() and (t[-1] == 7).all(), f"a write landed outside pools.{n}"
+
+
+@pytest.mark.parametrize("fused", PATHS)
+@FUZZ
+@given(requests=ragged_requests(pool_requests=6, max_prefix=30), data=st.data())
+def test_fuzz_well_formed_offsets_that_contradict_the_rows_are_refused(fused, requests, data):
+    """Offsets of another split of the same rows (disjoint, ordered, inside the buffer) are refused
+    with ``validate=True``, before anything changes: they would send the fused path to the wrong
+    slots."""
+    layer, alloc, pools = _fuzz_case(fused)
+    batch = c2.ExtendBatch.build(requests, alloc, request_slots=len(requests) + 1, device=DEV)
+    counts = data.draw(st.lists(st.integers(0, batch.num_rows), min_size=1, max_size=batch.request_slots)
+                       .filter(lambda c: sum(c) <= batch.num_rows), label="counts")
+    other = c2.build_extend_offsets(counts, batch.request_slots, device=DEV)
+    if torch.equal(other, batch.extend_offsets):
+        return
+    bad = dataclasses.replace(batch, extend_offsets=other)
+    x = layer.random_hidden(batch.live_rows, seed=4)
+    assert_refused(lambda: c2.compress(layer, x, bad, pools), r"batch.extend_offsets\[:, \d+\] = ", pools, alloc)

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import as_device, as_int
-from .extend_offsets import build_extend_offsets
+from .arguments import allocate, as_device, as_int
+from .extend_offsets import build_extend_offsets, check_extend_offsets
 from .req_to_token import ReqToTokenPool
 from .rows import MIN_RING_SIZE, BatchPlan, plan_rows
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 #: The per-row tensors whose extents a batch counts when it is made (:attr:`ExtendBatch.extents`).
 ROW_TENSORS = ("pos", "req", "raw_out_loc", "c2_slot")
+
+MAX_ROWS = 2**31
+"""Rows of a batch are fewer than this: the extend offsets hold row numbers in int32."""
 
 
 class Request(NamedTuple):
@@ -47,10 +50,12 @@ class ExtendBatch:
     - ``extend_offsets``: ``[2, request_slots]`` int32, first row and row count of each slot
     - ``kv_slots_needed``: 1 + the largest c2 slot its rows address, at least (counted on the host)
     - ``extents``: ``{name: (smallest, largest)}`` of ``pos``, ``req``, ``raw_out_loc`` and
-      ``c2_slot``, counted on the host whenever a batch is made, ``dataclasses.replace`` included,
-      so that the checks against the pools (:func:`check_batch_fits`)
-      need no sync and run inside a capture too. Make a batch outside a capture (it reads the
-      tensors once); a batch changed in place afterwards is not counted again.
+      ``c2_slot``, known on the host whenever a batch is made, so that the checks against the pools
+      (:func:`check_batch_fits`) need no sync and run inside a capture
+      too. :meth:`build` counts them from the requests and the pages (it reads no tensor back);
+      a batch made from tensors (the constructor, ``dataclasses.replace``) reads them once: make
+      it outside a capture. A batch changed in place afterwards is not counted again: with
+      ``validate=True`` (the default) both paths check it as it is now (:meth:`check`).
     """
 
     requests: tuple[Request, ...]
@@ -68,15 +73,7 @@ class ExtendBatch:
         if not well_formed or len({(t.shape[0], t.device) for t in rows}) != 1:
             object.__setattr__(self, "extents", {})  # malformed: the tensor checks name it before any use
             return
-        if rows[0].numel():
-            lo, hi = (v.tolist() for v in torch.stack(rows).aminmax(dim=1))
-        else:
-            lo, hi = [0] * len(rows), [-1] * len(rows)
-        extents = dict(zip(ROW_TENSORS, zip(lo, hi)))
-        object.__setattr__(self, "extents", extents)
-        addressed = max(extents["c2_slot"][1], extents["raw_out_loc"][1] // 2, 0) + 1
-        needed = max(as_int("kv_slots_needed", self.kv_slots_needed), addressed)
-        object.__setattr__(self, "kv_slots_needed", needed)
+        _set_extents(self, count_extents(rows))
 
     @property
     def live_rows(self) -> int:
@@ -116,7 +113,9 @@ class ExtendBatch:
         count shared by data-parallel ranks) defaults to the live rows. ``pools``: the pools (one
         or a list) the batch is for; its pool indices and c2 slots must lie inside each. Every
         argument is checked, and the pages the requests would get worked out, before any page is
-        allocated: a ``ValueError`` leaves the allocator as it was.
+        allocated: a ``ValueError`` leaves the allocator as it was. Requests that
+        :func:`check_requests` returned for this allocator are not checked again. The batch's
+        tensors are made on the host and copied to ``device``; nothing is read back (no sync).
         """
         reqs = check_requests(requests, allocator)
         slots = len(reqs) if request_slots is None else as_int("request_slots", request_slots, least=0)
@@ -126,28 +125,112 @@ class ExtendBatch:
                 "expected at most one request per slot"
             )
         live = sum(r.extend_len for r in reqs)
-        num_rows = live if pad_to is None else as_int("pad_to", pad_to, least=live, least_is=f"the {live} live rows")
+        num_rows = live if pad_to is None else as_int("pad_to", pad_to, least=live, below=MAX_ROWS,
+                                                      least_is=f"the {live} live rows",
+                                                      below_is=f"2**31 (the extend offsets are int32)")
         dev = as_device("device", device, DEFAULT_DEVICE)
         fits = [pools] if pools is not None and not isinstance(pools, (list, tuple)) else list(pools or ())
+        pages = allocator.pages_for(reqs)  # worked out, no page given yet
+        offsets = build_extend_offsets([r.extend_len for r in reqs], slots)
 
-        pos = torch.zeros(num_rows, dtype=torch.int64)
-        req = torch.zeros(num_rows, dtype=torch.int64)
-        raw = torch.zeros(num_rows, dtype=torch.int64)
+        extents = _built_extents(reqs, pages, num_rows)  # from the requests and the pages: no tensor read
+        described = cls.with_extents(reqs, *(torch.empty(0, dtype=torch.int64),) * 4, offsets, 1, extents)
+        for i, p in enumerate(fits):
+            check_batch_fits(described, p, where=f"pools[{i}]: " if len(fits) > 1 else "")
+
+        def rows_on_host():
+            pos = torch.zeros(num_rows, dtype=torch.int64)
+            req = torch.zeros(num_rows, dtype=torch.int64)
+            raw = torch.zeros(num_rows, dtype=torch.int64)
+            return pos, req, raw
+
+        pos, req, raw = allocate("pad_to", num_rows, rows_on_host)
         row = 0
-        for r, locations in zip(reqs, allocator.assign(reqs, commit=False)):  # no page given yet
+        for r, locations in zip(reqs, pages.locations):
             n = r.extend_len
             pos[row : row + n] = torch.arange(r.prefix_len, r.prefix_len + n)
             req[row : row + n] = r.pool_index
             raw[row : row + n] = locations
             row += n
         c2_slot = torch.where((pos % 2 == 1) & (raw != 0), raw // 2, 0)
-        offsets = build_extend_offsets([r.extend_len for r in reqs], slots)
-        on_host = cls(reqs, pos, req, raw, c2_slot, offsets, kv_slots_needed=1)
-        for i, p in enumerate(fits):
-            check_batch_fits(on_host, p, where=f"pools[{i}]: " if len(fits) > 1 else "")
-        allocator.assign(reqs)  # every check passed: give the pages (the same ones)
-        return cls(reqs, pos.to(dev), req.to(dev), raw.to(dev), c2_slot.to(dev), offsets.to(dev),
-                   kv_slots_needed=on_host.kv_slots_needed)
+        tensors = allocate("pad_to", num_rows, lambda: [t.to(dev) for t in (pos, req, raw, c2_slot, offsets)])
+        allocator.take(pages)  # every check passed: give the pages
+        return cls.with_extents(reqs, *tensors, described.kv_slots_needed, extents)
+
+    @classmethod
+    def with_extents(cls, requests, pos, req, raw_out_loc, c2_slot, extend_offsets, kv_slots_needed: int,
+                     extents: dict[str, tuple[int, int]]) -> "ExtendBatch":
+        """A batch whose extents are known already (counted on the host from the requests and the
+        pages, or carried from a loaded batch): made without reading a tensor. The caller vouches
+        for ``extents``; :meth:`check` counts them again from the tensors."""
+        batch = object.__new__(cls)
+        fields = dict(requests=tuple(requests), pos=pos, req=req, raw_out_loc=raw_out_loc, c2_slot=c2_slot,
+                      extend_offsets=extend_offsets, kv_slots_needed=kv_slots_needed)
+        for name, value in fields.items():
+            object.__setattr__(batch, name, value)
+        _set_extents(batch, dict(extents))
+        return batch
+
+    def check(self, pools: Pools | None = None) -> None:
+        """Check the batch against itself (and ``pools``), reading its tensors on the host (a sync:
+        never inside a capture). ``ValueError`` naming the tensor, the row and the expected value
+        unless:
+
+        - the extents of the tensors *now* (a batch changed in place is counted again) lie inside
+          the pools: pool indices, c2 slots, token slots, and positions ``>= 0``;
+        - the extend offsets are well formed (:func:`check_extend_offsets`) and say what the request
+          list says: slot ``r`` starts where the requests before it end and holds ``extend_len``
+          rows, slots past the batch hold no row;
+        - each request's rows hold its pool index and consecutive positions from ``prefix_len``,
+          and either all of them a token slot (``raw_out_loc != 0``) or none (a dummy request);
+          every row outside the requests is padding (``raw_out_loc``, ``pos`` and ``req`` 0);
+        - ``c2_slot`` is ``raw_out_loc // 2`` on group rows (odd ``pos``), 0 on every other row:
+          what the fused kernel computes from ``raw_out_loc``, so both paths store at one slot;
+        - no two group rows store at one c2 slot.
+        """
+        starts, counts = check_extend_offsets(self.extend_offsets, self.num_rows)
+        pos, req, raw, c2 = (getattr(self, name).tolist() for name in ROW_TENSORS)  # copies, no kernel
+        if pools is not None:
+            now = {name: (min(v), max(v)) if v else (0, -1) for name, v in zip(ROW_TENSORS, (pos, req, raw, c2))}
+            check_batch_fits(self, pools, extents=now)
+        elif pos and min(pos) < 0:
+            raise ValueError(f"batch.pos holds position {min(pos)}; expected values >= 0")
+        if len(self.requests) > len(starts):
+            raise ValueError(f"batch.requests has {len(self.requests)} requests but batch.extend_offsets "
+                             f"{len(starts)} request slots; expected at most one request per slot")
+        in_request, row = [False] * self.num_rows, 0
+        for r, (start, count) in enumerate(zip(starts, counts)):
+            want = self.requests[r] if r < len(self.requests) else None
+            if (start, count) != ((row, want.extend_len) if want else (start, 0)):
+                says = (f"request {tuple(want)} at row {row}, {want.extend_len} rows" if want
+                        else "no request (a slot past the batch): 0 rows")
+                raise ValueError(f"batch.extend_offsets[:, {r}] = ({start}, {count}), but batch.requests says "
+                                 f"{says}; expected offsets that match the rows")
+            if want is None:
+                continue
+            holds_a_slot = {raw[row + i] != 0 for i in range(count)}
+            for i in range(count):
+                if (req[row + i], pos[row + i]) != (want.pool_index, want.prefix_len + i):
+                    raise ValueError(f"row {row + i} holds req {req[row + i]}, pos {pos[row + i]}; request slot {r} "
+                                     f"{tuple(want)} expects req {want.pool_index}, pos {want.prefix_len + i}")
+                in_request[row + i] = True
+            if len(holds_a_slot) > 1:
+                raise ValueError(f"request slot {r} {tuple(want)} has rows with raw_out_loc == 0 (padding) beside "
+                                 "rows with a token slot; expected all of its rows one or the other")
+            row += count
+        for i in range(self.num_rows):
+            if not in_request[i] and (raw[i], pos[i], req[i]) != (0, 0, 0):
+                raise ValueError(f"row {i} is in no request but holds raw_out_loc {raw[i]}, pos {pos[i]}, req {req[i]}; "
+                                 "expected a padding row: 0, 0, 0")
+        stored: dict[int, int] = {}
+        for i in range(self.num_rows):
+            want = raw[i] // 2 if pos[i] % 2 == 1 and raw[i] != 0 else 0
+            if c2[i] != want:
+                raise ValueError(f"batch.c2_slot[{i}] = {c2[i]}, but raw_out_loc[{i}] = {raw[i]} at pos {pos[i]}; "
+                                 f"expected {want} (raw_out_loc // 2 on a group row, else 0)")
+            if want and stored.setdefault(want, i) != i:
+                raise ValueError(f"rows {stored[want]} and {i} both store at c2 slot {want}; expected each group "
+                                 "its own c2 slot")
 
     # The layout of the rows, and what they do (the row plan), from the host-side request list.
 
@@ -194,9 +277,18 @@ class ExtendBatch:
         )
 
 
-def check_requests(requests, allocator: ReqToTokenPool) -> tuple[Request, ...]:
+class CheckedRequests(tuple):
+    """Requests :func:`check_requests` checked against ``allocator``: :meth:`ExtendBatch.build` with
+    the same allocator takes them as they are, without checking them again."""
+
+    allocator: ReqToTokenPool
+
+
+def check_requests(requests, allocator: ReqToTokenPool) -> CheckedRequests:
     """The requests as :class:`Request` tuples of ints; ``ValueError`` naming the request and the
     field if one is bad (fields as :func:`~c2graph.compressor.arguments.as_int` takes them)."""
+    if isinstance(requests, CheckedRequests) and requests.allocator is allocator:
+        return requests
     expected = "expected a list of (pool_index, prefix_len, extend_len) tuples"
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
         raise ValueError(f"requests = {requests!r}; {expected}")
@@ -213,7 +305,44 @@ def check_requests(requests, allocator: ReqToTokenPool) -> tuple[Request, ...]:
         if r.pool_index in seen:
             raise ValueError(f"request {i}: pool_index = {r.pool_index} appears twice in one batch")
         seen.add(r.pool_index)
-    return tuple(reqs)
+    checked = CheckedRequests(reqs)
+    checked.allocator = allocator
+    return checked
+
+
+def _built_extents(reqs, pages, num_rows: int) -> dict[str, tuple[int, int]]:
+    """The extents of the batch :meth:`ExtendBatch.build` makes of ``reqs`` on ``pages``
+    (:meth:`ReqToTokenPool.pages_for`), padded to ``num_rows``: counted on the host, no tensor read."""
+    if not num_rows:
+        return {name: (0, -1) for name in ROW_TENSORS}
+    live = [r for r in reqs if r.extend_len]
+    padded = not live or num_rows > sum(r.extend_len for r in live)  # a padding row holds 0 in every tensor
+    # c2_slot is 0 on every row that completes no group: a padding row, or an even one
+    no_group = padded or any(r.extend_len > 1 or r.prefix_len % 2 == 0 for r in live)
+    return {
+        "pos": (0 if padded else min(r.prefix_len for r in live),
+                max((r.prefix_len + r.extend_len - 1 for r in live), default=0)),
+        "req": (0 if padded else min(r.pool_index for r in live), max((r.pool_index for r in live), default=0)),
+        "raw_out_loc": (0 if padded else pages.extent[0], max(pages.extent[1], 0)),
+        "c2_slot": (0 if no_group else pages.extent[0] // 2, max(pages.odd_max, 0) // 2),
+    }
+
+
+def count_extents(rows: Sequence[torch.Tensor]) -> dict[str, tuple[int, int]]:
+    """``{name: (smallest, largest)}`` of the per-row tensors (:data:`ROW_TENSORS`, in that order),
+    ``(0, -1)`` where there is no row. Reads them (a sync on a device)."""
+    if rows[0].numel():
+        lo, hi = (v.tolist() for v in torch.stack(list(rows)).aminmax(dim=1))
+    else:
+        lo, hi = [0] * len(rows), [-1] * len(rows)
+    return dict(zip(ROW_TENSORS, zip(lo, hi)))
+
+
+def _set_extents(batch: ExtendBatch, extents: dict[str, tuple[int, int]]) -> None:
+    object.__setattr__(batch, "extents", extents)
+    addressed = max(extents["c2_slot"][1], extents["raw_out_loc"][1] // 2, 0) + 1
+    needed = max(as_int("kv_slots_needed", batch.kv_slots_needed), addressed)
+    object.__setattr__(batch, "kv_slots_needed", needed)
 
 
 def _is_fields(r) -> bool:
@@ -222,10 +351,11 @@ def _is_fields(r) -> bool:
         isinstance(r, torch.Tensor) and r.dim() == 0)
 
 
-def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "") -> None:
+def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "", extents: dict | None = None) -> None:
     """Every index the batch's rows hold lies inside the pools: pool indices (the ring's requests),
     c2 slots (both caches) and positions. The extents were counted on the host when the batch was
-    made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too."""
+    made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too.
+    ``extents``: extents counted again (:meth:`ExtendBatch.check` passes those of the tensors now)."""
     for r in batch.requests:
         as_int(f"{where}batch request pool_index", r.pool_index, least=0, below=pools.pool_requests,
                below_is=f"pools.pool_requests ({pools.pool_requests})")
@@ -236,7 +366,7 @@ def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "") -> None:
         ("raw_out_loc", "token slot", 2 * pools.kv_slots, f"2 * pools.kv_slots ({2 * pools.kv_slots})"),
     )
     for name, held, below, limit in bounds:
-        lo, hi = batch.extents.get(name, (0, -1))
+        lo, hi = (batch.extents if extents is None else extents).get(name, (0, -1))
         if lo < 0:
             raise ValueError(f"{where}batch.{name} holds {held} {lo}; expected values >= 0")
         if below is not None and hi >= below:

@@ -1,14 +1,15 @@
 """The checks every path runs on its inputs: the layer, the batch and the pools belong together
-(Config, device, tensor shapes and dtypes, every index inside the pools), and the projected
-tensors fit the layer. Each raises ``ValueError`` naming the argument, its value and what was
-expected, before anything is written; none reads a tensor value, so they run inside a capture too.
+(Config, device, tensor shapes and dtypes, every index inside the pools), the projected tensors
+fit the layer, and no tensor a path writes shares memory with another. Each raises
+``ValueError`` naming the argument, its value and what was expected, before anything is
+written; none reads a tensor value, so they run inside a capture too.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .arguments import check_tensor, same_device
+from .arguments import _shape, check_no_overlap, check_tensor, check_type, same_device
 from .batch import ROW_TENSORS, ExtendBatch, check_batch_fits
 from .pools import Pools
 from .source_layer import SourceLayer
@@ -22,16 +23,44 @@ def check_layer_pools(layer: SourceLayer, pools: Pools, where: str = "") -> None
         raise ValueError(f"{where}layer is on {layer.device}; expected {pools.device} (the pools' device)")
 
 
+def check_pools(pools: Pools) -> None:
+    """The pools' tensors are still what the pools say: ``kv_cache`` ``[kv_slots, D]`` bf16,
+    ``index_k`` ``[kv_slots, index_dim]`` bf16, ``ring`` ``[pool_requests * ring_size + 1, 2D]``
+    fp32, on one device, dense (a tensor rebound to another dtype, size or device is refused
+    before anything is written). Reads no tensor value."""
+    check_type("pools", pools, Pools, "a c2graph.Pools")
+    cfg, dev = pools.cfg, pools.kv_cache.device if isinstance(pools.kv_cache, torch.Tensor) else None
+    expected = {
+        "kv_cache": ((pools.kv_slots, cfg.D), torch.bfloat16),
+        "index_k": ((pools.kv_slots, cfg.index_dim), torch.bfloat16),
+        "ring": ((pools.pool_requests * cfg.ring_size + 1, 2 * cfg.D), torch.float32),
+    }
+    for name, (shape, dtype) in expected.items():
+        t = getattr(pools, name)
+        check_tensor(f"pools.{name}", t, shape, dtype, dev)
+        if not t.is_contiguous():
+            raise ValueError(f"pools.{name} is not contiguous (strides {t.stride()}); expected a dense tensor")
+    check_no_overlap({f"pools.{name}": t for name, t in pools.tensors().items()})
+
+
 def check_layer_batch_pools(layer: SourceLayer, batch: ExtendBatch, pools: Pools) -> None:
     """The layer, the batch and the pools belong together: Config, device, tensor shapes and
     dtypes, and every index of the batch inside the pools (:func:`check_batch_fits`). Reads no
     tensor value (no host sync), so it also runs inside a graph capture."""
+    check_type("layer", layer, SourceLayer, "a c2graph.SourceLayer")
+    check_type("batch", batch, ExtendBatch, "a c2graph.ExtendBatch (ExtendBatch.build makes one)")
+    check_pools(pools)
     check_layer_pools(layer, pools)
     dev = pools.device
-    T = batch.num_rows
+    offsets = batch.extend_offsets
+    if not isinstance(offsets, torch.Tensor) or offsets.dim() != 2 or offsets.shape[0] != 2:
+        raise ValueError(f"batch.extend_offsets has shape {_shape(offsets)}; expected [2, request_slots]")
+    if not isinstance(batch.pos, torch.Tensor) or batch.pos.dim() != 1:
+        raise ValueError(f"batch.pos has shape {_shape(batch.pos)}; expected [T] int64")
+    T = batch.pos.shape[0]
     for name in ROW_TENSORS:
         check_tensor(f"batch.{name}", getattr(batch, name), (T,), torch.int64, dev)
-    check_tensor("batch.extend_offsets", batch.extend_offsets, (2, batch.request_slots), torch.int32, dev)
+    check_tensor("batch.extend_offsets", offsets, (2, batch.request_slots), torch.int32, dev)
     check_batch_fits(batch, pools)
 
 
@@ -47,3 +76,11 @@ def check_projected(layer: SourceLayer, projected, T: int, device: torch.device)
         return kv, score
     check_tensor("projected", projected, (T, 2 * D), torch.float32, device)
     return projected[:, :D], projected[:, D:]
+
+
+def check_outputs(pools: Pools, latent_out: torch.Tensor | None, read: dict[str, torch.Tensor]) -> None:
+    """No tensor a path writes (the caches, the ring, ``latent_out`` unless ``None``) shares memory
+    with another, nor with one it reads (``read``: the projection, the batch's tensors)."""
+    written = {"latent_out": latent_out} if latent_out is not None else {}
+    written.update({f"pools.{name}": t for name, t in pools.tensors().items()})
+    check_no_overlap(written, read)

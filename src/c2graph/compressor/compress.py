@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import check_type
 from .batch import ExtendBatch
 from .fused import compress_fused
 from .pools import Pools
@@ -32,6 +33,7 @@ def project_padded(layer: SourceLayer, x: torch.Tensor, batch: ExtendBatch, *, f
     (``fused``, the default for a layer with the fused gate) or ``(kv, score)``, ``[T, D]`` fp32 each.
     """
     check_hidden(layer, x)
+    check_type("batch", batch, ExtendBatch, "a c2graph.ExtendBatch (ExtendBatch.build makes one)")
     live, T, D = batch.live_rows, batch.num_rows, layer.cfg.D
     if x.shape[0] != live:
         raise ValueError(f"x has {x.shape[0]} rows; expected the batch's {live} live rows")
@@ -52,6 +54,7 @@ def compress(
     *,
     path: str | None = None,
     latent_out: torch.Tensor | None = None,
+    validate: bool = True,
 ) -> torch.Tensor:
     """Compress one extend batch from its hidden states: write ``pools.kv_cache``, ``pools.index_k``, ``pools.ring``.
 
@@ -59,7 +62,12 @@ def compress(
     get a zero projection). ``path``: ``"torch"`` or ``"fused"``; by default the layer's own
     (:func:`layer_path`). The fused path needs a layer with the fused gate; the torch path runs
     on any layer. Returns the pre-RoPE latents ``[T, D]`` bf16, written on group rows only.
+    ``validate``: check the batch against itself and the pools on the host first (a sync;
+    :meth:`ExtendBatch.check`), as both paths do by default.
     """
+    check_type("layer", layer, SourceLayer, "a c2graph.SourceLayer")
+    check_type("batch", batch, ExtendBatch, "a c2graph.ExtendBatch (ExtendBatch.build makes one)")
+    check_type("pools", pools, Pools, "a c2graph.Pools")
     path = layer_path(layer) if path is None else path
     if path not in PATHS:
         raise ValueError(f"path = {path!r}; expected 'torch', 'fused' or None (the layer's own)")
@@ -69,7 +77,8 @@ def compress(
                 "path = 'fused' but layer.use_fused_gate is False; the fused path reads the one "
                 "| kv | score | buffer of the fused-gate projection"
             )
-        return compress_fused(layer, project_padded(layer, x, batch), batch, pools, latent_out=latent_out)
+        return compress_fused(layer, project_padded(layer, x, batch), batch, pools, latent_out=latent_out,
+                              validate=validate)
     projected = project_padded(layer, x, batch)
     kv, score = split_projected(projected) if isinstance(projected, torch.Tensor) else projected
-    return compress_torch(layer, kv, score, batch, pools, latent_out=latent_out)
+    return compress_torch(layer, kv, score, batch, pools, latent_out=latent_out, validate=validate)

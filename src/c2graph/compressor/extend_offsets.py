@@ -29,6 +29,8 @@ def build_extend_offsets(counts: Sequence[int], request_slots: int, device=None)
     for c in counts:
         starts.append(total)
         total += c
+    if total >= 2**31:
+        raise ValueError(f"counts add up to {total} rows; expected fewer than 2**31 (the offsets are int32)")
     pad = request_slots - len(counts)
     offsets = torch.tensor(
         [starts + [total] * pad, counts + [0] * pad], dtype=torch.int32
@@ -36,8 +38,9 @@ def build_extend_offsets(counts: Sequence[int], request_slots: int, device=None)
     return offsets.to(device) if device is not None else offsets
 
 
-def check_extend_offsets(offsets: torch.Tensor, num_rows: int) -> None:
-    """Raise ``ValueError`` unless ``offsets`` describe disjoint, ordered requests within ``num_rows`` rows.
+def check_extend_offsets(offsets: torch.Tensor, num_rows: int) -> tuple[list[int], list[int]]:
+    """Raise ``ValueError`` unless ``offsets`` describe disjoint, ordered requests within ``num_rows``
+    rows; return what it read: the first rows and the row counts, as lists.
 
     Reads the tensor on the host (a sync): call it before a launch, never inside a graph capture.
     """
@@ -68,3 +71,4 @@ def check_extend_offsets(offsets: torch.Tensor, num_rows: int) -> None:
                 f"request slot {r} covers rows [{s}, {s + c}), past the buffer's {num_rows} rows"
             )
         end = s + c
+    return starts, counts

@@ -32,9 +32,10 @@ import torch
 import triton
 
 from .._runtime import INTERPRET
-from .arguments import check_tensor
-from .batch import ExtendBatch
-from .checks import check_layer_batch_pools
+from .arguments import FLOAT32_MAX, FLOAT32_TINY, as_float32_real, check_no_overlap, check_tensor
+from .batch import MAX_ROWS, ROW_TENSORS, ExtendBatch
+from .checks import check_layer_batch_pools, check_outputs
+from .config import MAX_RING_SIZE
 from .extend_offsets import check_extend_offsets
 from .fused_kernel import fused_compress_kernel
 from .pools import Pools
@@ -156,7 +157,7 @@ def check_kernel_sizes(D: int, index_dim: int, rope_dim: int) -> None:
 
 
 def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-                 kv_cache, index_k, latent_out, ring_size, grid_rows) -> None:
+                 kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
     """Every argument of :func:`fused_compress_`, against the batch (``pos``: ``T`` rows), the
     layer (``norm_w``: ``D``; ``wk``: ``index_dim``) and the pools (``kv_cache``: the device).
 
@@ -170,9 +171,11 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
             "Triton's interpreter runs it on the CPU only when TRITON_INTERPRET=1 is set before "
             "c2graph is imported"
         )
-    for name, value in (("ring_size", ring_size), ("grid_rows", grid_rows)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (2 if name == "ring_size" else 0):
-            raise ValueError(f"{name} = {value!r}; expected an int >= {2 if name == 'ring_size' else 0}")
+    for name, value, least, below in (("ring_size", ring_size, 2, MAX_RING_SIZE + 1), ("grid_rows", grid_rows, 0, MAX_ROWS)):
+        if isinstance(value, bool) or not isinstance(value, int) or not least <= value < below:
+            raise ValueError(f"{name} = {value!r}; expected an int >= {least} and < {below}")
+    if isinstance(eps, bool) or not isinstance(eps, float) or not FLOAT32_TINY <= eps <= FLOAT32_MAX:
+        as_float32_real("eps", eps)  # the words of Config.eps's refusal
     dev = kv_cache.device
     for name, t in (("norm_w", norm_w), ("wk", wk), ("inv_freq", inv_freq), ("pos", pos)):
         if not isinstance(t, torch.Tensor) or t.dim() != (2 if name == "wk" else 1):
@@ -200,6 +203,9 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
             raise ValueError(f"{name} is not contiguous (strides {t.stride()}); expected a dense row-major tensor")
     if ring.shape[0] % ring_size != 1:
         raise ValueError(f"ring has {ring.shape[0]} rows; expected pool_requests * ring_size ({ring_size}) + 1")
+    written = ("latent_out", "ring", "kv_cache", "index_k")
+    check_no_overlap({name: expected[name][0] for name in written},
+                     {name: t for name, (t, _, _) in expected.items() if name not in written})
 
 
 @functools.lru_cache(maxsize=None)
@@ -290,10 +296,10 @@ def fused_compress_(
     nothing outside ``ring``, ``kv_cache``, ``index_k`` and ``latent_out``: a group whose c2 slot
     lies past the caches, or whose ring partner lies outside the ring, stores nothing, and a row
     parked outside the ring is not parked. Right results need right values: check the offsets
-    first (:func:`check_extend_offsets`).
+    first (:meth:`ExtendBatch.check <c2graph.compressor.batch.ExtendBatch.check>`).
     """
     check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-                 kv_cache, index_k, latent_out, ring_size, grid_rows)
+                 kv_cache, index_k, latent_out, eps, ring_size, grid_rows)
     launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                  kv_cache, index_k, latent_out, eps, ring_size, grid_rows)
 
@@ -327,25 +333,29 @@ def compress_fused(
     2**-6``; the ring bitwise), but never writes for even rows, padding rows or slots past the
     batch, not even c2 slot 0.
 
-    With ``validate`` (the default) the extend offsets are also checked on the host, a sync;
-    ``validate=False`` skips only that check, so the call reads no tensor values (graph capture).
-    The tensors are checked by the op itself (:func:`check_launch`), before it launches.
+    With ``validate`` (the default) the batch is also checked against itself and the pools on the
+    host (:meth:`ExtendBatch.check`: the offsets against the rows, ``c2_slot`` against
+    ``raw_out_loc``, the extents of the tensors as they are now), a sync; ``validate=False`` skips
+    only that check, so the call reads no tensor values (graph capture). The tensors are checked by
+    the op itself (:func:`check_launch`: shapes, dtypes, no output sharing memory with another
+    tensor), before it launches; whatever their values, the kernel writes nothing outside them.
     """
+    check_layer_batch_pools(layer, batch, pools)
     cfg = layer.cfg
     if not layer.use_fused_gate:
         raise ValueError(
             "layer.use_fused_gate is False; the fused path reads the one | kv | score | buffer of "
             "the fused-gate projection: use compress_torch for this layer"
         )
-    check_layer_batch_pools(layer, batch, pools)
     # The op takes tensors only (its schema): anything else is refused here, by name.
     for name, t, want in (("projected", projected, "[T, 2D] fp32"), ("latent_out", latent_out, "[T, D] bf16")):
-        if t is not None and not isinstance(t, torch.Tensor):
+        if (t is not None or name == "projected") and not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} is a {type(t).__name__}; expected one {want} tensor")
+    check_outputs(pools, latent_out, {"projected": projected, **{f"batch.{n}": getattr(batch, n) for n in ROW_TENSORS}})
+    if validate:
+        batch.check(pools)
     if latent_out is None:
         latent_out = torch.full((batch.num_rows, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
-    if validate:
-        check_extend_offsets(batch.extend_offsets, batch.num_rows)
     fused_compress_(
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq,

@@ -92,7 +92,9 @@ def lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr,
     k = tl.sum(tl.where(mine, k, 0), axis=0)  # the lane's pair number inside its request
     first = tl.sum(tl.where(mine, starts[:, None], 0), axis=0) + 2 * k  # the pair's first row
     end = tl.sum(tl.where(mine, ends[:, None], 0), axis=0)  # one past its request's last row
-    a = live_rows(mine) & (lane < GROUPS_PER_BLOCK) & (first >= 0) & (first < num_rows)
+    # The lowest row a pair reads is its partner, the row before it (but for a request's first pair,
+    # whose partner is a ring row): offsets that start before row 0 must not read before the buffer.
+    a = live_rows(mine) & (lane < GROUPS_PER_BLOCK) & (first - tl.minimum(k, 1) >= 0) & (first < num_rows)
     b = a & (first + 1 < end) & (first + 1 < num_rows)
     # Both rows' metadata, in one trip: under offsets that are right, the second row's pos is the
     # first's plus one and its req the same, but a graph replaying frozen offsets can put a pair

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import as_device, as_int
+from .arguments import allocate, as_device, as_int
 from .config import Config
 from .ring import new_ring
 
@@ -32,9 +32,10 @@ class Pools:
         self.pool_requests = pool_requests = as_int("pool_requests", pool_requests, least=1)
         self.kv_slots = kv_slots = as_int("kv_slots", kv_slots, least=2)  # slot 0 is reserved
         device = as_device("device", device, DEFAULT_DEVICE)
-        self.kv_cache = torch.zeros(kv_slots, cfg.D, dtype=torch.bfloat16, device=device)
-        self.index_k = torch.zeros(kv_slots, cfg.index_dim, dtype=torch.bfloat16, device=device)
-        self.ring = new_ring(pool_requests, cfg.ring_size, cfg.D, device)
+        bf16 = dict(dtype=torch.bfloat16, device=device)
+        self.kv_cache = allocate("kv_slots", kv_slots, lambda: torch.zeros(kv_slots, cfg.D, **bf16))
+        self.index_k = allocate("kv_slots", kv_slots, lambda: torch.zeros(kv_slots, cfg.index_dim, **bf16))
+        self.ring = allocate("pool_requests", pool_requests, lambda: new_ring(pool_requests, cfg.ring_size, cfg.D, device))
 
     @property
     def device(self) -> torch.device:

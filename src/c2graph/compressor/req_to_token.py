@@ -7,10 +7,24 @@ Page 0 is reserved: ``raw_out_loc == 0`` never belongs to a real token, so it ma
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from .arguments import as_int
 from .config import Config
+
+
+class Pages(NamedTuple):
+    """What :meth:`ReqToTokenPool.pages_for` worked out: each request's ``raw_out_loc`` (``[extend_len]``
+    int64, on the host), the table and free list after giving the pages, the smallest and largest
+    location (``(0, -1)`` for no token), and the largest at an odd position (-1 for none)."""
+
+    locations: list[torch.Tensor]
+    table: torch.Tensor
+    free: list[int]
+    extent: tuple[int, int]
+    odd_max: int
 
 
 class ReqToTokenPool:
@@ -65,6 +79,15 @@ class ReqToTokenPool:
         locations the requests would get (the batch checks them against the pools that way).
         """
         requests = [self.check_request(*r, where=f"request {i}: ") for i, r in enumerate(requests)]
+        pages = self.pages_for(requests)
+        if commit:
+            self.take(pages)
+        return pages.locations
+
+    def pages_for(self, requests) -> "Pages":
+        """The pages ``requests`` (checked ones: :meth:`check_request`) would get, worked out on a copy
+        of the table: :class:`Pages`, nothing given yet (:meth:`take` gives them). ``ValueError`` when
+        the pool runs out part-way. Reads only this host-side table."""
         table, free = self.page_table.clone(), list(self._free)
         locations = []
         for pool_index, prefix_len, extend_len in requests:
@@ -79,10 +102,16 @@ class ReqToTokenPool:
                                          "(free() finished requests first)")
                     row[k] = free.pop()
             locations.append(row[page_idx] * self.cfg.page_size + pos % self.cfg.page_size)
-        if commit:
-            self.page_table.copy_(table)
-            self._free[:] = free
-        return locations
+        every = torch.cat(locations) if locations else torch.zeros(0, dtype=torch.int64)
+        extent = (int(every.min()), int(every.max())) if every.numel() else (0, -1)
+        odd = torch.cat([loc[(prefix_len + 1) % 2::2] for loc, (_, prefix_len, _) in zip(locations, requests)]
+                        ) if locations else every
+        return Pages(locations, table, free, extent, int(odd.max()) if odd.numel() else -1)
+
+    def take(self, pages: "Pages") -> None:
+        """Give the pages :meth:`pages_for` worked out (the table must not have changed since)."""
+        self.page_table.copy_(pages.table)
+        self._free[:] = pages.free
 
     def locations(self, pool_index: int, prefix_len: int, extend_len: int) -> torch.Tensor:
         """``raw_out_loc`` of positions ``prefix_len ...`` of one request: ``[extend_len]`` int64.

@@ -15,7 +15,11 @@ The rules, for a row of request ``(pool_index, prefix_len, extend_len)`` at ``po
   ``pool_index * ring_size + (pos - 1) % ring_size``;
 - after the batch, each request's last ``min(extend_len, ring_size)`` rows are parked at ring
   row ``pool_index * ring_size + pos % ring_size`` (all ring reads come first);
-- padding rows (``raw_out_loc == 0``, past the live rows) belong to no request and do nothing.
+- a padding row (``raw_out_loc == 0``) does nothing: it completes no group, stores nothing, is
+  not parked and is no partner. The rows past the live rows are padding and belong to no
+  request; a request may be padding too (the dummy batch a graph is captured on: one request
+  covering every row, each with ``raw_out_loc == 0``). Both paths skip these rows, so the plan
+  does (:meth:`ExtendBatch.check` refuses a request whose rows are partly padding).
 
 Which rows complete a group, which c2 slots they store and which partners come from the ring do
 not depend on ``ring_size``; only the ring rows read and parked do.
@@ -27,6 +31,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from .arguments import as_int
+from .config import MAX_RING_SIZE
 
 # ``ExtendBatch`` below is :class:`c2graph.compressor.batch.ExtendBatch`, named, not imported: the batch
 # builds on this module (:meth:`ExtendBatch.plan`), never the other way.
@@ -46,9 +51,10 @@ class Partner(Enum):
 
 @dataclass(frozen=True)
 class RowPlan:
-    """One row of the batch and what it does. Fields that do not apply are ``None``: padding rows
-    have no ``request_slot``, ``req`` or ``pos``; rows that complete no group have no ``c2_slot``;
-    only a ring partner has a ``partner_ring_row``; only a parked row has a ``parked_in``."""
+    """One row of the batch and what it does. Fields that do not apply are ``None``: rows past the
+    live rows have no ``request_slot``, ``req`` or ``pos``; rows that complete no group have no
+    ``c2_slot``; only a ring partner has a ``partner_ring_row``; only a parked row has a
+    ``parked_in``."""
 
     row: int
     request_slot: int | None
@@ -62,7 +68,8 @@ class RowPlan:
 
     @property
     def is_padding(self) -> bool:
-        return self.request_slot is None
+        """The row does nothing (``raw_out_loc == 0``): past the live rows, or in a padding request."""
+        return self.partner is Partner.PADDING
 
     @property
     def completes_group(self) -> bool:
@@ -160,7 +167,7 @@ def _or_dash(value: int | None) -> str:
 
 
 def check_ring_size(ring_size) -> int:
-    return as_int("ring_size", ring_size, least=MIN_RING_SIZE)
+    return as_int("ring_size", ring_size, least=MIN_RING_SIZE, below=MAX_RING_SIZE + 1, below_is=f"{MAX_RING_SIZE + 1}")
 
 
 def plan_rows(batch: ExtendBatch, ring_size: int) -> BatchPlan:
@@ -174,6 +181,9 @@ def plan_rows(batch: ExtendBatch, ring_size: int) -> BatchPlan:
     for slot, (r, span) in enumerate(zip(batch.requests, batch.row_ranges())):
         for i, row in enumerate(span):
             pos = r.prefix_len + i
+            if raw[row] == 0:
+                rows.append(RowPlan(row, slot, r.pool_index, pos, 0, Partner.PADDING, None, None, None))
+                continue
             if pos % 2 == 0:
                 partner, ring_read = Partner.NONE_EVEN, None
             elif i > 0:

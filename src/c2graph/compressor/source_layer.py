@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import as_device, as_int
+from .arguments import as_device, as_int, check_type
 from .config import Config
 
 
@@ -78,6 +78,8 @@ def _matmul_bf16_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def check_hidden(layer: SourceLayer, x: torch.Tensor) -> None:
+    """``x`` is ``[T, hidden]`` bf16 on the layer's device (and ``layer`` a :class:`SourceLayer`)."""
+    check_type("layer", layer, SourceLayer, "a c2graph.SourceLayer")
     cfg = layer.cfg
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != cfg.hidden:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
@@ -101,9 +103,18 @@ def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None 
     """The fused-gate source projection: one GEMM with ``wkv_gate``.
 
     ``x``: ``[T, hidden]`` bf16 -> ``[T, 2D]`` fp32 whose halves are ``| kv | score |``.
-    With ``out`` (``[>= T, 2D]`` fp32) the rows are written into ``out[:T]``.
+    With ``out`` (``[>= T, 2D]`` fp32, on the layer's device) the rows are written into ``out[:T]``.
     """
     check_hidden(layer, x)
+    if out is not None:
+        D2, T = 2 * layer.cfg.D, x.shape[0]
+        if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] < T or out.shape[1] != D2:
+            shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"out has shape {shape}; expected [>= {T}, 2D = {D2}] (at least x's {T} rows)")
+        if out.dtype != torch.float32:
+            raise ValueError(f"out has dtype {out.dtype}; expected torch.float32")
+        if out.device.type != layer.device.type:
+            raise ValueError(f"out is on {out.device}; expected the layer's device ({layer.device})")
     y = _matmul_bf16_fp32(x, layer.wkv_gate)
     if out is None:
         return y
@@ -113,5 +124,8 @@ def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None 
 
 def split_projected(projected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Views of the ``| kv | score |`` buffer: ``[T, 2D]`` -> ``(kv [T, D], score [T, D])``."""
+    if not isinstance(projected, torch.Tensor) or projected.dim() != 2 or projected.shape[1] % 2:
+        shape = tuple(projected.shape) if isinstance(projected, torch.Tensor) else type(projected).__name__
+        raise ValueError(f"projected has shape {shape}; expected [T, 2D], an even number of columns | kv | score |")
     D = projected.shape[1] // 2
     return projected[:, :D], projected[:, D:]

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from .batch import ExtendBatch
+from .batch import ROW_TENSORS, ExtendBatch
 from .pools import Pools
 from .ring import restore_sentinel, ring_row, sentinel_row
 from .source_layer import SourceLayer
 from .arguments import check_tensor
-from .checks import check_layer_batch_pools, check_projected
+from .checks import check_layer_batch_pools, check_outputs, check_projected
 
 
 def previous_row_is_partner(batch: ExtendBatch) -> torch.Tensor:
@@ -45,7 +45,14 @@ def ring_read_rows(batch: ExtendBatch, ring_size: int, sentinel: int) -> torch.T
     """
     live = batch.raw_out_loc != 0
     needs_ring = live & (batch.pos % 2 == 1) & ~previous_row_is_partner(batch)
-    return torch.where(needs_ring, ring_row(batch.req, batch.pos - 1, ring_size), sentinel)
+    return inside(torch.where(needs_ring, ring_row(batch.req, batch.pos - 1, ring_size), sentinel), sentinel, sentinel)
+
+
+def inside(index: torch.Tensor, size: int, outside: int) -> torch.Tensor:
+    """``index`` (``[T]`` int64) where it lies in ``[0, size)``, ``outside`` elsewhere: whatever a
+    batch holds (a row changed by hand, a negative slot that Python would count from the end), no
+    read or write lands outside a tensor. A batch the host checked is never changed by it."""
+    return torch.where((index >= 0) & (index < size), index, outside)
 
 
 def pair_partners(
@@ -135,10 +142,12 @@ def park_mask(batch: ExtendBatch, ring_size: int) -> torch.Tensor:
 def park(ring: torch.Tensor, kv: torch.Tensor, score: torch.Tensor, batch: ExtendBatch, ring_size: int) -> None:
     """Write ``| kv | score |`` of each request's last ``ring_size`` rows into the ring, in place.
 
-    Rows that are not parked are sent to the sentinel row, which is restored afterwards.
+    Rows that are not parked are sent to the sentinel row, which is restored afterwards; so is a
+    row whose ring row lies outside the ring (a batch changed by hand: :func:`inside`).
     """
-    D = kv.shape[1]
-    rows = torch.where(park_mask(batch, ring_size), ring_row(batch.req, batch.pos, ring_size), sentinel_row(ring))
+    D, sentinel = kv.shape[1], sentinel_row(ring)
+    rows = inside(torch.where(park_mask(batch, ring_size), ring_row(batch.req, batch.pos, ring_size), sentinel),
+                  sentinel, sentinel)
     ring[rows] = torch.cat([kv, score], dim=1)
     restore_sentinel(ring, D)
 
@@ -151,6 +160,7 @@ def compress_torch(
     pools: Pools,
     *,
     latent_out: torch.Tensor | None = None,
+    validate: bool = False,
 ) -> torch.Tensor:
     """Compress one extend batch with torch ops: write ``pools.kv_cache``, ``pools.index_k``, ``pools.ring``.
 
@@ -159,21 +169,35 @@ def compress_torch(
     Returns the pre-RoPE latents ``[T, D]`` bf16 (``latent_out`` if given); only rows that
     complete a group are written, every other row keeps its value (NaN in a new buffer).
     :func:`~c2graph.compressor.compress.compress` starts from the hidden states instead.
+
+    Everything is checked before the first write: the pools' tensors, the batch's, the outputs
+    sharing no memory with each other or with an input. With ``validate=True`` the batch is also
+    checked against itself and the pools on the host (:meth:`ExtendBatch.check`: a sync), as
+    :func:`~c2graph.compressor.compress.compress` does by default. The default, ``False``, reads no
+    tensor values, so the torch path runs inside a graph capture and under ``torch.compile`` as it
+    is; whatever the batch then holds, no read or write lands outside the caches and the ring
+    (:func:`inside`; unwanted stores go to c2 slot 0).
     """
-    cfg, T = layer.cfg, batch.num_rows
     check_layer_batch_pools(layer, batch, pools)
+    cfg, T = layer.cfg, batch.num_rows
     kv, score = check_projected(layer, (kv, score), T, pools.device)
+    if latent_out is not None:
+        check_tensor("latent_out", latent_out, (T, cfg.D), torch.bfloat16, pools.device)
+    read = {"kv": kv, "score": score, **{f"batch.{n}": getattr(batch, n) for n in ROW_TENSORS}}
+    check_outputs(pools, latent_out, read)
+    if validate:
+        batch.check(pools)
     if latent_out is None:
         latent_out = torch.full((T, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
-    check_tensor("latent_out", latent_out, (T, cfg.D), torch.bfloat16, pools.device)
 
     kv_prev, score_prev = pair_partners(kv, score, batch, pools.ring, cfg.ring_size)
     pooled = gate(kv_prev, score_prev, kv, score)
     latent = finish(pooled, layer.norm_w, cfg.eps)
     group_pos = batch.pos - batch.pos % 2
-    stores = (batch.c2_slot != 0)[:, None]
-    pools.index_k[batch.c2_slot] = index_key(latent, layer, group_pos)
-    pools.kv_cache[batch.c2_slot] = rope(latent, group_pos, layer.inv_freq)
+    c2_slot = inside(batch.c2_slot, pools.kv_slots, 0)  # a slot of the caches, whatever the batch holds
+    stores = (c2_slot != 0)[:, None]
+    pools.index_k[c2_slot] = index_key(latent, layer, group_pos)
+    pools.kv_cache[c2_slot] = rope(latent, group_pos, layer.inv_freq)
     latent_out.copy_(torch.where(stores, latent, latent_out))
     park(pools.ring, kv, score, batch, cfg.ring_size)
     return latent_out

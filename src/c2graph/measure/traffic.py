@@ -26,6 +26,10 @@ def minimum_bytes(cfg: Config, batch: ExtendBatch, *, programs: int = 1) -> dict
     share no memory reads them once per program; ``wk`` alone is 128 KiB at ``dsv41``). The
     default, 1, is the floor of an ideal kernel.
     """
+    if not isinstance(cfg, Config):
+        raise ValueError(f"cfg is a {type(cfg).__name__}; expected a c2graph.Config")
+    if not isinstance(batch, ExtendBatch):
+        raise ValueError(f"batch is a {type(batch).__name__}; expected a c2graph.ExtendBatch")
     if isinstance(programs, bool) or not isinstance(programs, int) or programs < 1:
         raise ValueError(f"programs = {programs!r}; expected an int >= 1")
     T, D, I = batch.num_rows, cfg.D, cfg.index_dim

@@ -91,8 +91,8 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
             # its memory could go to another tensor and every replay would read garbage.
             self._kept_alive.append(self.offsets_tensor)
 
-    def refresh(self, batch: ExtendBatch, x: torch.Tensor) -> None:
-        super().refresh(batch, x)
+    def _refresh(self, batch: ExtendBatch, x: torch.Tensor) -> None:
+        super()._refresh(batch, x)
         self._remember(batch.extend_offsets, batch.live_rows)
 
     def _compress(self, bucket: int) -> None:

@@ -21,19 +21,33 @@ To run a batch: pick the smallest bucket that fits (eager above the largest buck
 would more than double the rows, or when the batch has more requests than ``request_slots``),
 check the batch against every layer's pools and build its metadata, ``copy_`` it into the static
 buffers once for all layers, run each layer's source projection on the live rows into its static
-projection buffer (zeroing its tail), and replay.
+projection buffer (zeroing its tail), fill its latents with NaN (eager returns NaN on the rows that
+complete no group; so does a replay), and replay.
+
+A graph writes the tensors it captured, whatever the runner holds later: a replay after
+``runner.layer_pools`` (or a pools' cache or ring, a layer's weights, a static buffer) was rebound
+would write the old memory. The runner keeps where each captured tensor lives and refuses to
+replay when one moved (build a new runner over the new pools).
+
+Threads: a runner runs one batch at a time. :meth:`PrefillGraphRunner.run` and
+:meth:`PrefillGraphRunner.refresh` hold its :attr:`~PrefillGraphRunner.lock`, so two threads
+calling ``run`` take turns and each batch writes its own caches; a step's latents are the static
+buffers, overwritten by the next replay: a thread that reads them while another runs holds the lock
+around both (``with runner.lock: step = runner.run(...); mine = step.latent.clone()``).
 """
 
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
 from ..compressor.arguments import as_int, as_ints
-from ..compressor.batch import ExtendBatch, check_requests
+from ..compressor.batch import check_batch_fits
+from ..compressor.batch import MAX_ROWS, ExtendBatch, check_requests
 from ..compressor.compress import compress, layer_path
 from ..compressor.fused import compress_fused
 from ..compressor.model import check_layers_and_pools, one_layer
@@ -50,8 +64,9 @@ from ..graphs.graph import Graph, warmup
 class PrefillStep:
     """What :meth:`PrefillGraphRunner.run` did with one batch.
 
-    ``latents``: one ``[rows, D]`` bf16 tensor per layer; after a replay each is a view of that
-    layer's static latent buffer, overwritten by the next replay (copy it to keep it).
+    ``latents``: one ``[rows, D]`` bf16 tensor per layer, NaN on the rows that complete no group
+    (in graph and eager mode alike); after a replay each is a view of that layer's static latent
+    buffer, overwritten by the next replay (copy it to keep it).
     """
 
     mode: str  # "graph" or "eager"
@@ -125,12 +140,18 @@ class PrefillGraphRunner:
         capture: bool = True,
     ):
         self.layers, self.layer_pools = check_layers_and_pools(layers, pools)
+        warmup_iters = as_int("warmup_iters", warmup_iters, least=0)
         buckets = sorted(set(as_ints("buckets", buckets, least=1)))
+        for i, b in enumerate(buckets):
+            as_int(f"buckets[{i}]", b, below=MAX_ROWS, below_is="2**31 (the extend offsets are int32)")
         self.buckets, self.request_slots = buckets, as_int("request_slots", request_slots, least=1)
         self.device = self.layer_pools[0].device
         self.static = StaticBuffers(self.layers, buckets, self.request_slots, self.device)
         self.graphs: dict[int, Graph] = {}
+        self.lock = threading.RLock()
+        """Held by :meth:`run` and :meth:`refresh`: one batch at a time (see the module docstring)."""
         self._memory_pool = None  # the first graph's, shared by the others
+        self._captured = self._targets()  # where every tensor the graphs read or write lives
         if capture:
             for bucket in reversed(buckets):  # largest first: the smaller ones fit in its memory
                 self.graphs[bucket] = self._capture(bucket, warmup_iters)
@@ -161,7 +182,7 @@ class PrefillGraphRunner:
                                validate=False)
             else:
                 compress_torch(layer, buf.kv[:bucket], buf.score[:bucket], batch, pools,
-                               latent_out=buf.latent[:bucket])
+                               latent_out=buf.latent[:bucket], validate=False)
 
     def _load_capture_batch(self, bucket: int) -> None:
         """Load the batch a graph of ``bucket`` rows is captured with: the dummy."""
@@ -211,28 +232,86 @@ class PrefillGraphRunner:
         data-parallel ranks (an idle rank passes no requests and still replays, every row padding).
         Eager above the largest bucket or past ``request_slots`` requests (:meth:`pick_bucket`).
         Everything is checked, the batch against every layer's pools too, before a page is allocated.
+        Holds :attr:`lock` (one batch at a time).
         """
-        requests = check_requests(requests, allocator)
-        live = sum(r.extend_len for r in requests)
-        xs = self._check_xs(xs, live)
-        if pad_to is not None:
-            pad_to = as_int("pad_to", pad_to, least=live, least_is=f"the batch's {live} live rows")
-        bucket = self.pick_bucket(live if pad_to is None else pad_to)
-        if bucket is None or len(requests) > self.request_slots:
-            return self._run_eager(requests, allocator, xs, pad_to)
-        if bucket not in self.graphs:
-            raise RuntimeError(f"no graph for bucket {bucket}: this runner was built with capture=False")
-        batch = ExtendBatch.build(requests, allocator, request_slots=self.request_slots, pad_to=bucket,
-                                  device=self.device, pools=self.layer_pools)
-        self.refresh(batch, xs)
-        self.graphs[bucket].replay()
-        return PrefillStep("graph", bucket, batch, tuple(buf.latent[:bucket] for buf in self.static.layers))
+        with self.lock:
+            requests = check_requests(requests, allocator)
+            live = sum(r.extend_len for r in requests)
+            xs = self._check_xs(xs, live)
+            if pad_to is not None:
+                pad_to = as_int("pad_to", pad_to, least=live, least_is=f"the batch's {live} live rows")
+            bucket = self.pick_bucket(live if pad_to is None else pad_to)
+            if bucket is None or len(requests) > self.request_slots:
+                return self._run_eager(requests, allocator, xs, pad_to)
+            if bucket not in self.graphs:
+                raise RuntimeError(f"no graph for bucket {bucket}: this runner was built with capture=False")
+            self.check_captured()
+            batch = ExtendBatch.build(requests, allocator, request_slots=self.request_slots, pad_to=bucket,
+                                      device=self.device, pools=self.layer_pools)
+            self._refresh(batch, xs)
+            self.graphs[bucket].replay()
+            return PrefillStep("graph", bucket, batch, tuple(buf.latent[:bucket] for buf in self.static.layers))
 
-    def refresh(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
+    def refresh(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor], *, validate: bool = True) -> None:
         """Everything done between two replays: the metadata by ``copy_``, once for all layers
-        (:meth:`StaticBuffers.load`), then every layer's source projection (:meth:`project`)."""
+        (:meth:`StaticBuffers.load`), then every layer's source projection (:meth:`project`) and its
+        latents filled with NaN.
+
+        ``batch``: padded to one of the runner's buckets, with ``request_slots`` slots, fitting every
+        layer's pools; with ``validate`` (the default) also checked against itself on the host
+        (:meth:`ExtendBatch.check`: a sync). All of it, and that the graphs' tensors are still the
+        runner's (:meth:`check_captured`), before anything is written. Holds :attr:`lock`.
+        """
+        with self.lock:
+            if not isinstance(batch, ExtendBatch):
+                raise ValueError(f"batch is a {type(batch).__name__}; expected a c2graph.ExtendBatch")
+            if batch.num_rows not in self.buckets or batch.request_slots != self.request_slots:
+                raise ValueError(
+                    f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; expected one of "
+                    f"this runner's buckets ({self.buckets}) and {self.request_slots} request slots "
+                    "(ExtendBatch.build's pad_to and request_slots)")
+            self._check_xs(xs, batch.live_rows)
+            self.check_captured()
+            for i, pools in enumerate(self.layer_pools):
+                where = f"pools[{i}]: " if len(self.layer_pools) > 1 else ""
+                check_batch_fits(batch, pools, where=where)
+                if validate:
+                    batch.check(pools)
+            self._refresh(batch, xs)
+
+    def _refresh(self, batch: ExtendBatch, xs) -> None:
+        """:meth:`refresh` of a batch already checked."""
         self.static.load(batch)
         self.project(batch, xs)
+        for buf in self.static.layers:
+            buf.latent[: batch.num_rows].fill_(float("nan"))
+
+    def check_captured(self) -> None:
+        """``ValueError`` naming the first tensor the graphs captured that the runner no longer holds
+        where it was captured (a rebound cache or ring, replaced ``layer_pools`` or ``layers``, a
+        static buffer): a replay would write the old memory."""
+        now = self._targets()
+        for name, was in self._captured.items():
+            if now.get(name) != was:
+                raise ValueError(
+                    f"runner.{name} is not the tensor the graphs captured (it was rebound, or its layer or "
+                    "pools replaced, after capture); a replay would write the captured memory, not it. "
+                    "Expected the captured tensor: put it back, or build a new PrefillGraphRunner")
+        if len(now) != len(self._captured):
+            raise ValueError(f"runner.layers has {len(self.layers)} layers and runner.layer_pools "
+                             f"{len(self.layer_pools)} pools; expected the {len(self.static.layers)} captured")
+
+    def _targets(self) -> dict[str, tuple]:
+        """Where every tensor the captured work reads or writes lives: name -> (data pointer, shape,
+        strides, dtype). Reads no tensor value."""
+        tensors = {f"static.{name}": t for name, t in self.static.metadata().items()}
+        for i, (layer, pools, buf) in enumerate(zip(self.layers, self.layer_pools, self.static.layers)):
+            tensors.update({f"layer_pools[{i}].{name}": t for name, t in pools.tensors().items()})
+            tensors.update({f"layers[{i}].{name}": getattr(layer, name) for name in ("norm_w", "wk", "k_norm_w",
+                                                                                    "inv_freq")})
+            tensors.update({f"static.layers[{i}].{name}": t for name, t in buf.tensors().items()})
+        return {name: (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) if isinstance(t, torch.Tensor)
+                else (type(t).__name__,) for name, t in tensors.items()}
 
     def project(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
         """The eager break before the captured work: each layer's source projection on the live
@@ -272,6 +351,8 @@ class PrefillGraphRunner:
     def nodes(self, bucket: int) -> list[str]:
         """The captured graph's nodes for ``bucket``, all layers in order (the emulation's recorded
         ops, or the CUDA graph's kernels, copies and fills, read from the graph: nothing is launched)."""
+        if bucket not in self.graphs:
+            raise ValueError(f"bucket = {bucket!r}; expected one of the buckets this runner captured {sorted(self.graphs)}")
         return self.graphs[bucket].nodes()
 
     def layer_nodes(self, bucket: int) -> list[list[str]]:
