@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import statistics
 
+import c2graph  # noqa: F401, I001  (first: on a machine without CUDA it decides how Triton runs)
 import torch
 import triton
 import triton.language as tl

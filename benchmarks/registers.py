@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-import triton  # before c2graph: compiled for a target, not interpreted
+os.environ["TRITON_INTERPRET"] = "0"  # compiled for a target, not interpreted (a CPU machine too)
+import triton  # noqa: E402, F401
 
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402

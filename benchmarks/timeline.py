@@ -27,7 +27,8 @@ import os
 import sys
 from pathlib import Path
 
-import triton  # noqa: F401  (before c2graph: compiled, not interpreted)
+os.environ["TRITON_INTERPRET"] = "0"  # compiled for a target, not interpreted (a CPU machine too)
+import triton  # noqa: E402, F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -59,3 +59,11 @@ def test_triton_imported_first_with_the_variable_set_runs_interpreted():
     assert out.returncode == 0, out.stderr
     assert "interpreted (TRITON_INTERPRET=1)" in out.stdout.splitlines()[0]
     assert out.stdout.strip().endswith("fused == torch")
+
+
+@CPU_ONLY
+def test_the_variable_set_to_0_keeps_triton_compiling_for_tools():
+    """A tool that compiles the kernels for a GPU target (benchmarks/registers.py) sets it to 0."""
+    out = _run("import triton\nimport c2graph as c2\nprint(c2.INTERPRET, c2.banner())", TRITON_INTERPRET="0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("False") and "compiled" in out.stdout

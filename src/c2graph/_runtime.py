@@ -5,7 +5,9 @@ Imported first by ``c2graph/__init__.py``: on a machine without CUDA it sets
 Triton's interpreter (numpy, one program after another) instead of being compiled. Triton
 builds its own library (``tl.cumsum`` and the rest) for one mode when it is first imported, so a
 program that imported ``triton`` before ``c2graph`` on such a machine stops at ``import c2graph``
-with one line that says what to do.
+with one line that says what to do. ``TRITON_INTERPRET=0``, set before Python imports anything,
+keeps Triton compiling on such a machine: for tools that compile the kernels for a GPU target
+and launch nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 
 HAS_CUDA: bool = torch.cuda.is_available()
 
-if not HAS_CUDA:
+# "0" set on purpose keeps Triton compiling (a tool that compiles for a GPU target and launches nothing).
+if not HAS_CUDA and os.environ.get("TRITON_INTERPRET") != "0":
     os.environ["TRITON_INTERPRET"] = "1"
 
 INTERPRET: bool = os.environ.get("TRITON_INTERPRET", "0") == "1"

@@ -46,7 +46,8 @@ import torch
 
 from .cuda_nodes import graph_nodes
 from .emulation import EmulatedGraph
-from .op_record import CaptureRecord, Recording, check_labels, entering_frame
+from .lines import entering_frame
+from .op_record import CaptureRecord, Recording, check_labels
 from .refusals import CONCURRENT_CAPTURE, NESTED_CAPTURE, NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
 
 __all__ = ["BACKENDS", "Graph", "NOT_PERMITTED", "PREVIOUS_ERROR", "UNPINNED_COPY", "default_backend", "warmup"]

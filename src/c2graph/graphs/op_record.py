@@ -13,36 +13,26 @@ seed); every tensor argument by address and shape (:class:`TensorArg`), named af
 ``labels`` it lies in (``"pos[:16]"``), the earlier op that made it (``"temporary of op 3"``) or
 the Python number lifted into it; the records of a custom op's body; and ``where``, the lines of
 the captured code that issued it, from the launch outward (``"model.py:42 in forward, called from
-serve.py:7 in step"``): every frame of the captured code outside this package, torch and Triton,
-or the innermost line in the package where all of the captured code is the package's own. A line
-of a notebook reads ``"cell 12, line 3 in step"``, 12 being the number Jupyter shows beside the
-cell (its execution count).
+serve.py:7 in step"``; :mod:`c2graph.graphs.lines` finds them).
 """
 
 from __future__ import annotations
 
 import contextlib
-import linecache
-import os
 import sys
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-import triton
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from .lines import locate
 from .ops import launches_kernel, tensors_in
 from .refusals import PREVIOUS_ERROR, is_refusal
 from .triton_launches import grid_meta, kernel_name, launches_seen_by, python_modes_off
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_LIBRARIES = (*(os.path.dirname(m.__file__) + os.sep for m in (torch, triton)), contextlib.__file__)
-# The modules that run a capture: never the line that issued an op.
-_MACHINERY = tuple(os.path.join(_PACKAGE, "graphs", name) for name in (
-    "graph.py", "emulation.py", "op_record.py", "refusals.py", "triton_launches.py", "audit.py"))
 _TORCH_NAMESPACES = frozenset({"aten", "prim", "prims"})  # any other namespace is a custom op's
 LAUNCH = "Triton launch"
 
@@ -361,50 +351,6 @@ class Recording:
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
-
-
-def locate(frames, stop) -> tuple[str, str, tuple[tuple[str, str], ...]]:
-    """``(where, code, stack)`` of the captured code: ``stack``, ``(where, code)`` of each of its
-    frames outside this package, torch and Triton, innermost first, else of its innermost frame in
-    the package; ``where``, their places joined (``"a.py:3 in f, called from b.py:9 in g"``);
-    ``code``, the innermost line's source (``("", "", ())`` where there is no such frame).
-    ``frames``: ``(frame, line)`` pairs, innermost first; the captured code ends at ``stop``, the
-    frame that entered the capture."""
-    mine, package = [], []
-    for frame, line in frames:
-        path = frame.f_code.co_filename
-        if not path.startswith(_LIBRARIES + _MACHINERY):
-            here = (f"{_place(path, line)} in {frame.f_code.co_name}", linecache.getline(path, line).strip())
-            (package if path.startswith(_PACKAGE) else mine).append(here)
-        if frame is stop:
-            break
-    stack = tuple(mine or package[:1])
-    if not stack:
-        return "", "", ()
-    return ", called from ".join(w for w, _ in stack), stack[0][1], stack
-
-
-def _place(path: str, line: int) -> str:
-    """``"model.py:42"``; a notebook's cell in words: ``"cell 12, line 3"``, 12 being the number
-    Jupyter shows beside the cell (its execution count), or ``"a notebook cell, line 3"`` where
-    the cell was run without a number of its own (kept out of the history, as a test runner does)."""
-    if "ipykernel_" not in path and not path.startswith("<ipython"):
-        return f"{os.path.basename(path)}:{line}"
-    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
-    number = getattr(getattr(shell, "compile", None), "_filename_map", {}).get(path)
-    history = shell.user_ns.get("In", []) if shell is not None else []
-    if number is not None and number < len(history) and history[number].rstrip() == "".join(
-            linecache.getlines(path)).rstrip():
-        return f"cell {number}, line {line}"
-    return f"a notebook cell, line {line}"
-
-
-def entering_frame():
-    """The frame whose ``with`` entered the capture: the first outside ``contextlib`` and ``graph.py``."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename in (contextlib.__file__, _MACHINERY[0]):
-        frame = frame.f_back
-    return frame
 
 
 def _kernel_keys(args, kwargs) -> torch._C.DispatchKeySet:

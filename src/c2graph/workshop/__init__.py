@@ -13,12 +13,15 @@ Each exercise has three cells, found by their cell tags:
 A ``predict`` (markdown) cell asks the reader to predict a result before the cell that shows it;
 the answers are in ``notebooks/INSTRUCTOR.md``.
 
-Modules: :mod:`.setup_check` (notebook 00's one-line set-up check), :mod:`.my_compressor`
-(notebook 01's functions and the checks of its exercises), :mod:`.kernel` (notebook 02's),
-:mod:`.compressor` (the static batch, the capture and the practice batches every check runs on),
-:mod:`.yours` (notebook 03 loads the reader's own functions from their notebook 01),
-:mod:`.graphs` (notebook 03's checks), :mod:`.offsets` (notebook 04's), :mod:`.student` (the
-student copies).
+Modules: :mod:`.check` (what every check returns), :mod:`.setup_check` (notebook 00's one-line
+set-up check), :mod:`.my_compressor` (notebook 01's functions and the checks of its exercises),
+:mod:`.puzzles` and :mod:`.kernel` (notebook 02's puzzles and their checks), :mod:`.assembly`
+(notebook 02's kernel assembled from the reader's pieces), :mod:`.launch` (launching a reader's
+Triton function, its errors in the reader's terms), :mod:`.compressor` (the static batch, the
+capture and the practice batches every check runs on), :mod:`.yours` (notebook 03 loads the
+reader's own functions from their notebook 01), :mod:`.graphs` (notebook 03's checks),
+:mod:`.offsets` (notebook 04's), :mod:`.floors` (notebook 05's), :mod:`.student` (the student
+copies).
 """
 
 from .check import CheckResult, run_check

@@ -34,7 +34,7 @@ from ..compressor.torch_path import compress_torch, finish, gate
 from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
-from .kernel import kernel_problem, launch, reported
+from .launch import kernel_problem, launch, reported
 
 BLOCK, S_PAD = 8, 8
 """Rows a program, and lanes of request slots (``request_slots`` rounded up to a power of two)."""
