@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"  # compiled for a target, not interpreted (a CPU machine too)
+if __name__ == "__main__":  # run as a tool: compiled for a target, not interpreted (a CPU machine too)
+    os.environ["TRITON_INTERPRET"] = "0"
 import triton  # noqa: E402, F401
 
 from triton.backends.compiler import GPUTarget  # noqa: E402

@@ -27,7 +27,8 @@ import os
 import sys
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"  # compiled for a target, not interpreted (a CPU machine too)
+if __name__ == "__main__":  # run as a tool: compiled for a target, not interpreted (a CPU machine too)
+    os.environ["TRITON_INTERPRET"] = "0"
 import triton  # noqa: E402, F401
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
