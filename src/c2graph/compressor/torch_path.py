@@ -174,8 +174,8 @@ def compress_torch(
     sharing no memory with each other or with an input. With ``validate=True`` the batch is also
     checked against itself and the pools on the host (:meth:`ExtendBatch.check`: a sync), as
     :func:`~c2graph.compressor.compress.compress` does by default. The default, ``False``, reads no
-    tensor values, so the torch path runs inside a graph capture and under ``torch.compile`` as it
-    is; whatever the batch then holds, no read or write lands outside the caches and the ring
+    tensor values, so the torch path runs inside a graph capture as it is (``torch.compile`` traces
+    its steps, :func:`compress_steps`); whatever the batch then holds, no read or write lands outside the caches and the ring
     (:func:`inside`; unwanted stores go to c2 slot 0).
     """
     check_layer_batch_pools(layer, batch, pools)
@@ -189,7 +189,22 @@ def compress_torch(
         batch.check(pools)
     if latent_out is None:
         latent_out = torch.full((T, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
+    return compress_steps(layer, kv, score, batch, pools, latent_out=latent_out)
 
+
+def compress_steps(
+    layer: SourceLayer,
+    kv: torch.Tensor,
+    score: torch.Tensor,
+    batch: ExtendBatch,
+    pools: Pools,
+    *,
+    latent_out: torch.Tensor,
+) -> torch.Tensor:
+    """The steps of :func:`compress_torch`, one line each, with no argument checks: what
+    ``torch.compile`` traces for the benchmark (a check that asks where a tensor lives would break
+    its graph). ``latent_out``: ``[T, D]`` bf16, written on group rows; returns it."""
+    cfg = layer.cfg
     kv_prev, score_prev = pair_partners(kv, score, batch, pools.ring, cfg.ring_size)
     pooled = gate(kv_prev, score_prev, kv, score)
     latent = finish(pooled, layer.norm_w, cfg.eps)

@@ -1,7 +1,8 @@
 """What a user tries first: ``torch.compile`` of the torch path, for the benchmark.
 
-Two torch paths are compiled. The torch path as the notebooks teach it
-(:func:`~c2graph.compressor.torch_path.compress_torch`) accumulates its two reductions (the
+Two torch paths are compiled. The torch path as the notebooks teach it (its steps,
+:func:`~c2graph.compressor.torch_path.compress_steps`, without the argument checks, which run
+before the call) accumulates its two reductions (the
 RMSNorm's sum of squares and the index-key GEMM) in float64, so that chunked prefill is bitwise
 whole prefill; float64 is slow on a GPU and a compiler cannot turn it back into fp32. A plain port
 would reduce in fp32 and run the index-key GEMM in bf16: :func:`compress_torch_fp32` is that port,
@@ -16,7 +17,7 @@ import torch
 from ..compressor.batch import ExtendBatch
 from ..compressor.pools import Pools
 from ..compressor.source_layer import SourceLayer
-from ..compressor.torch_path import compress_torch, gate, pair_partners, park, rope
+from ..compressor.torch_path import compress_steps, gate, pair_partners, park, rope
 
 def rms_norm_fp32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim, reduced in fp32, rounded to bf16. ``x``: ``[T, N]`` bf16, ``weight``: ``[N]`` bf16."""
@@ -54,7 +55,7 @@ def compress_torch_fp32(
     return latent_out
 
 
-VARIANTS = {"float64 reductions": compress_torch, "fp32 reductions": compress_torch_fp32}
+VARIANTS = {"float64 reductions": compress_steps, "fp32 reductions": compress_torch_fp32}
 """The torch paths the benchmark compiles, by the name its records give them."""
 
 
