@@ -13,16 +13,15 @@ CPU    := CUDA_VISIBLE_DEVICES=
 .PHONY: lab test unit nbval notebooks figures gpu-wheels gpu-deps gpu-test gpu-notebooks bench clean
 
 # torch comes from PyTorch's CPU index: PyPI's torch for Linux is the CUDA build (gigabytes), which
-# also pins a triton other than constraints.txt's. TORCH_INDEX= (empty) leaves torch to pip's index.
+# also requires a triton other than constraints.txt's. When that index does not answer within a few
+# seconds, or with TORCH_INDEX= (empty), torch comes from pip's own index with the triton it requires
+# (tools/install.sh says which route it took).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 # The check comes first: one line saying what to install, before anything is written.
 $(STAMP): pyproject.toml constraints.txt
 	@sh tools/check-setup.sh $(PYTHON) $(VENV)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@sh tools/install.sh $(PYTHON) $(VENV) '$(TORCH_INDEX)'
 	@touch $(STAMP)
 
 ## make lab: create the environment if needed and open the notebooks in JupyterLab
