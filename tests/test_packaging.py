@@ -2,12 +2,15 @@
 constraints.txt, environment.yml); the set-up check says in one line what to install before
 anything is written; the Containerfile runs the README's two commands."""
 
+import http.server
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import time
 import tomllib
 from pathlib import Path
 
@@ -41,13 +44,12 @@ def test_constraints_pin_every_dependency():
     assert set(pins) == _pyproject()
 
 
-def test_environment_yml_names_the_same_dependencies_at_the_same_versions():
+def test_environment_yml_gives_python_and_make_and_leaves_the_versions_to_constraints():
     text = (ROOT / "environment.yml").read_text()
-    pip_section = text.split("- pip:")[1].splitlines()
-    env_pins = _pins(pip_section)
-    assert env_pins == _pins((ROOT / "constraints.txt").read_text().splitlines())
-    assert "-e .[dev]" in text
-    assert re.search(r"^\s*- python=3\.\d+", text, re.M)
+    deps = re.findall(r"^  - (\S+)$", text.split("dependencies:")[1], re.M)
+    assert deps == ["python=3.11", "pip", "make"]
+    assert "- pip:" not in text
+    assert "conda activate c2graph && make lab" in text
 
 
 @pytest.mark.skipif(
@@ -177,7 +179,8 @@ def test_make_runs_the_check_first_and_stops_before_any_venv(tmp_path):
     alone = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}  # not as `make test`'s child
     planned = subprocess.run(["make", "--no-print-directory", "-n", "lab", f"VENV={venv}"], cwd=ROOT,
                              capture_output=True, text=True, env=alone)
-    assert planned.stdout.splitlines()[:2] == [f"sh tools/check-setup.sh python3 {venv}", f"python3 -m venv {venv}"]
+    assert planned.stdout.splitlines()[:2] == [f"sh tools/check-setup.sh python3 {venv}",
+                                               f"sh tools/install.sh python3 {venv} '{CPU_INDEX}'"]
 
     folder = _bin(tmp_path)
     (folder / "make").symlink_to(shutil.which("make"))
@@ -186,6 +189,84 @@ def test_make_runs_the_check_first_and_stops_before_any_venv(tmp_path):
     assert done.returncode != 0 and done.stdout == ""
     assert done.stderr.splitlines()[0] == _readme_line().replace(".venv", str(venv))
     assert not venv.exists()
+
+
+# --- the install (tools/install.sh): the CPU index when it answers, else pip's own index ---------
+
+INSTALL = ROOT / "tools" / "install.sh"
+CPU_INDEX = re.search(r"^TORCH_INDEX \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
+
+
+def _stand_in_python(tmp_path, pip_fails=False) -> Path:
+    """A `python3` whose `-m venv V` makes V/bin/python: this Python, except that `-m pip` only
+    writes its arguments to pip.log (and fails when pip_fails), so no package is installed."""
+    log = tmp_path / "pip.log"
+    inner = (f'if [ "$1 $2" = "-m pip" ]; then shift 2; echo "$@" >> {log}; '
+             f'{"exit 1" if pip_fails else "exit 0"}; fi\nexec {sys.executable} "$@"')
+    outer = tmp_path / "python3"
+    _script(outer, f'[ "$1 $2" = "-m venv" ] || exec {sys.executable} "$@"\n'
+                   f'mkdir -p "$3/bin" && cat > "$3/bin/python" <<\'EOF\'\n#!/bin/sh\n{inner}\nEOF\n'
+                   f'chmod +x "$3/bin/python"')
+    return outer
+
+
+def _install(tmp_path, index, pip_fails=False):
+    python = _stand_in_python(tmp_path, pip_fails)
+    venv = tmp_path / "v"
+    done = subprocess.run(["sh", str(INSTALL), str(python), str(venv), index], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    log = (tmp_path / "pip.log").read_text().splitlines() if (tmp_path / "pip.log").exists() else []
+    return done, log, venv
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    def do_HEAD(self):
+        self.send_response(200 if self.path == "/cpu/torch/" else 404)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_an_index_that_answers_gives_torch_and_nothing_else(tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        index = f"http://127.0.0.1:{server.server_port}/cpu"
+        done, log, _ = _install(tmp_path, index)
+    finally:
+        server.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == f"c2graph set-up: torch from PyTorch's CPU index ({index})"
+    assert log[1] == f"install --quiet -c constraints.txt --index-url {index} torch"
+    assert log[2] == "install --quiet -c constraints.txt -e .[dev]"
+
+
+def test_an_index_that_does_not_answer_takes_pips_own_with_the_triton_torch_requires(tmp_path):
+    started = time.monotonic()
+    done, log, venv = _install(tmp_path, "http://127.0.0.1:9/cpu")  # nothing listens on port 9
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - started < 30
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("c2graph set-up: PyTorch's CPU index (http://127.0.0.1:9/cpu) did not answer within 5 s (")
+    assert first.endswith("): torch from pip's own index, with the triton it requires")
+    free = venv / "constraints-pip-index.txt"
+    assert log[1:] == [f"install --quiet -c {free} torch", f"install --quiet -c {free} -e .[dev]"]
+    pins = (ROOT / "constraints.txt").read_text().splitlines()
+    assert free.read_text().splitlines() == [line for line in pins if not line.startswith("triton==")]
+    assert done.stdout.splitlines()[-1].startswith("c2graph set-up: installed torch ")
+
+    done, log, _ = _install(tmp_path, "")
+    assert done.stdout.splitlines()[0] == ("c2graph set-up: torch from pip's own index (TORCH_INDEX is empty), "
+                                           "with the triton it requires")
+
+
+def test_a_pip_that_fails_ends_with_one_line_that_says_what_to_do(tmp_path):
+    done, log, _ = _install(tmp_path, "", pip_fails=True)
+    assert done.returncode == 1 and len(log) == 1
+    assert done.stderr.splitlines() == [
+        "c2graph set-up: pip could not reach its index to update itself (its error is above): check this "
+        "machine's network (and pip's proxy, if it needs one: 'pip config list'), then run make again"]
 
 
 # --- the Containerfile: the README's two commands in a Debian with Python 3.11 ---------------------
