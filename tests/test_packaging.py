@@ -320,3 +320,21 @@ def test_the_readme_builds_the_image_and_runs_both_commands_in_it():
 def test_the_image_leaves_out_this_machines_venv_and_caches():
     ignored = {line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()}
     assert {".venv", ".git", "**/__pycache__", "student"} <= ignored
+
+
+# --- notebook 00's set-up check against constraints.txt's pins --------------------------------------
+
+def test_the_setup_check_names_a_torch_or_triton_that_is_not_the_pinned_one():
+    from c2graph.workshop import setup_check
+
+    pins = _pins((ROOT / "constraints.txt").read_text().splitlines())
+    assert setup_check.pinned_versions() == {name: pins[name] for name in ("torch", "triton")}
+    same = {"torch": pins["torch"] + "+cpu", "triton": pins["triton"]}
+    assert setup_check.pin_notes(installed=same) == []
+    (note,) = setup_check.pin_notes(installed={**same, "triton": "3.7.1"})
+    assert note.startswith(f"triton 3.7.1 is installed where constraints.txt pins {pins['triton']} (")
+    ready = str(setup_check.SetupReport([], [note]))
+    assert ready.startswith("ready: ") and ready.endswith("; but " + note) and "\n" not in ready
+    assert str(setup_check.SetupReport([], [])) == str(setup_check.SetupReport())
+    assert setup_check.pin_notes(installed={"torch": None, "triton": None}) == []  # not installed: a problem, not a note
+    assert setup_check.in_project_venv() == (Path(sys.prefix) / ".installed").is_file()
