@@ -90,7 +90,8 @@ def version_problems(python: str | None = None, installed: dict[str, str | None]
         if have is None:
             problems.append(f"{req.name} is not installed: {FIX_VERSIONS}")
         elif not req.specifier.contains(have.split("+")[0], prereleases=True):
-            problems.append(f"{req.name} {have} is installed, c2graph needs {req}: {FIX_VERSIONS}")
+            lowest_first = ",".join(sorted(map(str, req.specifier), key=lambda spec: not spec.startswith(">")))
+            problems.append(f"{req.name} {have} is installed, c2graph needs {req.name}{lowest_first}: {FIX_VERSIONS}")
     return problems
 
 
