@@ -24,9 +24,22 @@ $(STAMP): pyproject.toml constraints.txt
 	@sh tools/install.sh $(PYTHON) $(VENV) '$(TORCH_INDEX)'
 	@touch $(STAMP)
 
-## make lab: create the environment if needed and open the notebooks in JupyterLab
+# JupyterLab's port (`make lab PORT=8890`); as root (a container) it must be told it may run so.
+PORT ?= 8888
+AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+STUDENT ?= student
+
+## make lab: create the environment if needed and open the notebooks in JupyterLab (self-study:
+## the notebooks hold every exercise's solution)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(VENV)/bin/jupyter lab notebooks --port $(PORT) $(AS_ROOT)
+
+## make workshop: the student copies in student/ (made where missing, a student's edits never
+## written over), opened in JupyterLab
+.PHONY: workshop
+workshop: $(STAMP)
+	$(PY) -m c2graph.workshop.student --keep notebooks $(STUDENT)
+	$(VENV)/bin/jupyter lab $(STUDENT) --port $(PORT) $(AS_ROOT)
 
 ## make test: unit tests, then every notebook under nbval (CPU)
 test: $(STAMP)

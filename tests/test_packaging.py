@@ -285,16 +285,23 @@ def test_the_image_is_debian_bookworm_with_what_the_readme_says_to_install():
     packages = re.search(r"apt-get install -y --no-install-recommends ([\w .-]+?) \\", recipe).group(1).split()
     assert set(packages) == {"make", "python3", "python3-venv"}
     readme = (ROOT / "README.md").read_text()
-    assert "install first: `sudo apt-get install make python3-venv`" in readme
+    line = re.search(r"install first:\n\n```bash\n(.*)\n", readme).group(1)
+    assert line.startswith('S=$([ "$(id -u)" = 0 ] || echo sudo); $S apt-get update && $S apt-get install -y ')
+    assert {"make", "python3-venv", "git"} <= set(line.split("install -y ")[1].split())
 
 
-def test_the_image_builds_the_two_commands_first_step_and_runs_make_lab():
+def test_the_image_installs_from_the_dependency_files_before_it_copies_the_rest():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^VENV\s+\?= \.venv$", makefile, re.M) and re.search(r"^STAMP\s+:= \$\(VENV\)/\.installed$", makefile, re.M)
     assert re.search(r"^lab: \$\(STAMP\)$", makefile, re.M) and re.search(r"^test: \$\(STAMP\)$", makefile, re.M)
-    runs = re.findall(r"^RUN make (.+)$", _containerfile(), re.M)
-    assert runs == [".venv/.installed"]
-    assert re.search(r'^CMD \["make", "lab"\]$', _containerfile(), re.M)
+    steps = [line for line in _containerfile().splitlines() if re.match(r"(COPY|RUN|ENV) ", line)]
+    copies = [line for line in steps if line.startswith("COPY")]
+    assert copies == ["COPY Makefile pyproject.toml constraints.txt README.md ./", "COPY tools/ tools/", "COPY . ."]
+    install = next(i for i, line in enumerate(steps) if "make .venv/.installed" in line)
+    assert steps.index("COPY tools/ tools/") < install < steps.index("COPY . .")
+    assert "ENV PIP_NO_CACHE_DIR=1" in steps[:install]
+    assert steps[-1] == 'RUN touch .venv/.installed && .venv/bin/python -c "import c2graph"'
+    assert re.search(r'^CMD \["make", "workshop"\]$', _containerfile(), re.M)
 
 
 def test_jupyterlab_listens_on_the_published_port_of_every_interface():
@@ -305,16 +312,41 @@ def test_jupyterlab_listens_on_the_published_port_of_every_interface():
     assert set(config) <= set(serverapp.ServerApp.class_trait_names())
 
 
-def test_the_readme_builds_the_image_and_runs_both_commands_in_it():
+def test_the_readme_builds_the_image_and_keeps_the_student_copies_on_the_host():
     section = (ROOT / "README.md").read_text().split("## macOS and Windows")[1].split("\n## ")[0]
     commands = re.search(r"\*\*The container\.\*\*.*?```bash\n(.*?)```", section, re.S).group(1)
     lines = [line.split("#")[0].strip() for line in commands.splitlines()]
     port = _jupyter_config()["ServerApp"]["port"]
+    workdir = re.search(r"^WORKDIR (\S+)$", _containerfile(), re.M).group(1)
+    student = re.search(r"^STUDENT \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
     assert lines == ["podman build -t c2graph .",
-                     f"podman run --rm -it --init -p {port}:{port} c2graph",
+                     f'podman run --rm -it --init -p {port}:{port} -v "$PWD/student:{workdir}/{student}" c2graph',
+                     f"podman run --rm -it --init -p {port}:{port} c2graph make lab",
                      "podman run --rm --init c2graph make test"]
     assert "docker build -t c2graph -f Containerfile ." in commands
     assert f"http://127.0.0.1:{port}/lab?token=" in section
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_lab_and_make_workshop_take_the_port_and_workshop_keeps_the_copies():
+    alone = {k: v for k, v in os.environ.items() if not k.startswith("MAKE")}
+    for target, folder in (("lab", "notebooks"), ("workshop", "student")):
+        planned = subprocess.run(["make", "--no-print-directory", "-n", target, "PORT=8890", "VENV=/nonexistent",
+                                  "-o", "/nonexistent/.installed"], cwd=ROOT, capture_output=True, text=True, env=alone)
+        last = planned.stdout.splitlines()[-1]
+        assert last.startswith(f"/nonexistent/bin/jupyter lab {folder} --port 8890"), planned.stdout
+    assert f"-m c2graph.workshop.student --keep notebooks student" in planned.stdout
+
+
+def test_scripts_keep_lf_endings_on_every_checkout():
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    scripts = ["tools/check-setup.sh", "tools/install.sh", "Makefile", "Containerfile", ".ci/run"]
+    scripts += [str(p.relative_to(ROOT)) for p in (ROOT / "hub").glob("*") if p.is_file()]
+    attrs = subprocess.run(["git", "check-attr", "eol", "--", *scripts], cwd=ROOT, capture_output=True, text=True)
+    assert attrs.stdout.splitlines() == [f"{path}: eol: lf" for path in scripts]
+    for path in scripts:
+        assert b"\r\n" not in (ROOT / path).read_bytes(), path
 
 
 def test_the_image_leaves_out_this_machines_venv_and_caches():
