@@ -76,6 +76,33 @@ browser-test: $(STAMP)
 	  DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y chromium; fi
 	$(CPU) nice $(PY) tests/browser/run_notebooks.py --browser $(CHROMIUM) --notebooks notebooks --screens figures/screens
 
+# --- one hub for the room: JupyterHub on this machine, settings in hub/settings.toml ----------
+HUB_STAMP := $(VENV)/.hub-installed
+HUB_PROXY_MISSING = c2graph hub: configurable-http-proxy (JupyterHub's proxy) is missing: run \
+  'apt-get install node-configurable-http-proxy' (Debian, Ubuntu) or 'npm install -g configurable-http-proxy', then run make again
+
+$(HUB_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[hub]'
+	@touch $(HUB_STAMP)
+
+## make hub: JupyterHub for a room (as root): every student of hub/settings.toml signs in with a
+## browser and gets their own JupyterLab on their own student copies (README, "One hub for the room")
+.PHONY: hub hub-test
+hub: $(HUB_STAMP)
+	@command -v configurable-http-proxy >/dev/null || { echo "$(HUB_PROXY_MISSING)" >&2; exit 1; }
+	C2GRAPH_VENV=$(abspath $(VENV)) $(VENV)/bin/jupyterhub -f hub/jupyterhub_config.py
+
+## make hub-test: the hub under load: HUB_STUDENTS students (default 8) sign in through its REST API,
+## run HUB_NOTEBOOK in their own servers at once; each must finish with no error and reach no other
+## student's files (as root; Unix accounts hubtest01... are made and removed); results in out/hub-test.json
+HUB_STUDENTS ?= 8
+HUB_NOTEBOOK ?= 01_the_ratio2_compressor.ipynb
+hub-test: $(HUB_STAMP)
+	@command -v configurable-http-proxy >/dev/null || { echo "$(HUB_PROXY_MISSING)" >&2; exit 1; }
+	@mkdir -p out
+	C2GRAPH_VENV=$(abspath $(VENV)) $(PY) hub/load_test.py --students $(HUB_STUDENTS) \
+	  --notebook notebooks/$(HUB_NOTEBOOK) --out out/hub-test.json
+
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
 GPU_PY  ?= python3
 OUT     ?= gpu-out
@@ -100,7 +127,7 @@ gpu-deps:
 ## nbval there: the same cells, compiled kernels and real CUDA graphs, the same stored outputs
 gpu-test: gpu-deps
 	@$(GPU_PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "gpu-test needs a CUDA device")'
-	@mkdir -p $(OUT)
+	@mkdir -p out
 	@failed=""; \
 	$(GPU_ENV) $(GPU_PY) -m pytest -q -rs tests --junitxml=$(OUT)/gpu-tests.xml || failed=" tests"; \
 	$(GPU_ENV) $(GPU_PY) -m pytest -q -p no:cacheprovider notebooks $(NBVAL) --nbval-cell-timeout=120 \

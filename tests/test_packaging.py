@@ -25,7 +25,7 @@ def _name(req: str) -> str:
 
 def _pyproject() -> set[str]:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = meta["dependencies"] + meta["optional-dependencies"]["dev"]
+    reqs = meta["dependencies"] + [r for extra in meta["optional-dependencies"].values() for r in extra]
     return {_name(r) for r in reqs}
 
 

@@ -1,0 +1,47 @@
+#!/bin/sh
+# The README's set-up, followed literally in a bare Debian bookworm (debootstrap, minbase, chroot;
+# apt's package lists emptied as in a fresh image): its Debian line as root, a clone of this
+# repository, then `make test` up to the first tests (or all of it with --full). With
+# --block-cpu-index, PyTorch's CPU index is made unreachable on purpose (/etc/hosts sends its name
+# to 127.0.0.1, where nothing answers). Needs root and debootstrap on a Debian or Ubuntu host.
+# Usage: sudo sh tools/bare-debian.sh ROOTFS [--block-cpu-index] [--full]
+set -eu
+rootfs=${1:?usage: sh tools/bare-debian.sh ROOTFS [--block-cpu-index] [--full]}
+shift
+block=no
+full=no
+for arg in "$@"; do
+    case "$arg" in
+        --block-cpu-index) block=yes ;;
+        --full) full=yes ;;
+        *) echo "bare-debian: unknown argument $arg" >&2; exit 2 ;;
+    esac
+done
+repo=$(cd "$(dirname "$0")/.." && pwd)
+
+[ -x "$rootfs/bin/sh" ] || debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian
+rm -rf "$rootfs/var/lib/apt/lists/"* "$rootfs/root/c2graph" "$rootfs/srv/origin.git"
+cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+if [ "$block" = yes ]; then
+    grep -q download.pytorch.org "$rootfs/etc/hosts" || echo "127.0.0.1 download.pytorch.org" >> "$rootfs/etc/hosts"
+else
+    sed -i '/download.pytorch.org/d' "$rootfs/etc/hosts"
+fi
+git clone -q --bare "$repo" "$rootfs/srv/origin.git"
+git -C "$rootfs/srv/origin.git" symbolic-ref HEAD "refs/heads/$(git -C "$repo" rev-parse --abbrev-ref HEAD)"
+mountpoint -q "$rootfs/proc" || mount -t proc proc "$rootfs/proc"
+trap 'umount "$rootfs/proc"' EXIT
+
+# The README's lines, as root in a bare image with no package lists, no git and no sudo.
+line=$(sed -n '/install first:/,/^```$/p' "$repo/README.md" | grep '^S=')
+echo "bare-debian: running the README's line: $line"
+until_tests='make test 2>&1 | while IFS= read -r l; do echo "$l"; case "$l" in *"passed"*|*"%]"*) break;; esac; done'
+[ "$full" = yes ] && until_tests="make test"
+chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb sh -c "
+set -e
+cd /root
+$line
+git clone -q /srv/origin.git c2graph && cd c2graph
+time sh -c '$until_tests'
+.venv/bin/python -c 'import torch, triton; print(\"bare-debian: torch\", torch.__version__, \"triton\", triton.__version__)'
+"
