@@ -9,6 +9,7 @@ their memory and CPU limits, with the GPU the settings give them (WorkshopSpawne
 with one line that says what to do when this machine cannot run it.
 """
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -105,10 +106,11 @@ class WorkshopSpawner(LocalProcessSpawner):
 
     async def start(self):
         home = pwd.getpwnam(self.user.name).pw_dir
-        made = subprocess.run([str(venv / "bin" / "python"), "-m", "c2graph.workshop.student", "--keep",
-                               str(room.REPOSITORY / "notebooks"), os.path.join(home, "c2graph")],
-                              preexec_fn=set_user_setuid(self.user.name), env=self.get_env(),
-                              capture_output=True, text=True)
+        # in a thread: the hub's event loop keeps serving the room while the copies are made
+        made = await asyncio.to_thread(
+            subprocess.run, [str(venv / "bin" / "python"), "-m", "c2graph.workshop.student", "--keep",
+                             str(room.REPOSITORY / "notebooks"), os.path.join(home, "c2graph")],
+            preexec_fn=set_user_setuid(self.user.name), env=self.get_env(), capture_output=True, text=True)
         if made.returncode != 0:
             raise RuntimeError(f"the student copies of {self.user.name} could not be made: {made.stderr.strip()}")
         self.log.info("%s: %s", self.user.name, made.stdout.strip())

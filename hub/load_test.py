@@ -253,6 +253,9 @@ def main() -> int:
             for folder in room.limit_folders(name):
                 if folder.exists():
                     folder.rmdir()
+        for folder in {f.parent for f in room.limit_folders(names[0])}:  # the group, when no student is left
+            if folder.exists() and not any(p.is_dir() for p in folder.iterdir()):
+                folder.rmdir()
     failures += [f"{r['name']}: {e}" for r in results for e in r["errors"]]
     times = sorted(r["notebook_s"] for r in results)
     summary = {
