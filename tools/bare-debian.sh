@@ -42,6 +42,8 @@ set -e
 cd /root
 $line
 git clone -q /srv/origin.git c2graph && cd c2graph
-time sh -c '$until_tests'
+started=\$(date +%s)
+sh -c '$until_tests'
+echo \"bare-debian: make test reached its tests in \$((\$(date +%s) - started)) s\"
 .venv/bin/python -c 'import torch, triton; print(\"bare-debian: torch\", torch.__version__, \"triton\", triton.__version__)'
 "
