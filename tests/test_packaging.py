@@ -266,7 +266,7 @@ def test_a_pip_that_fails_ends_with_one_line_that_says_what_to_do(tmp_path):
     assert done.returncode == 1 and len(log) == 1
     assert done.stderr.splitlines() == [
         "c2graph set-up: pip could not reach its index to update itself (its error is above): check this "
-        "machine's network (and pip's proxy, if it needs one: 'pip config list'), then run make again"]
+        "machine's network (and pip's proxy or certificates, if it needs them: 'pip config list'), then run make again"]
 
 
 # --- the Containerfile: the README's two commands in a Debian with Python 3.11 ---------------------

@@ -3,7 +3,9 @@
 # apt's package lists emptied as in a fresh image): its Debian line as root, a clone of this
 # repository, then `make test` up to the first tests (or all of it with --full). With
 # --block-cpu-index, PyTorch's CPU index is made unreachable on purpose (/etc/hosts sends its name
-# to 127.0.0.1, where nothing answers). Needs root and debootstrap on a Debian or Ubuntu host.
+# to 127.0.0.1, where nothing answers). The host's local certificate authorities
+# (/usr/local/share/ca-certificates, e.g. a proxy's that inspects TLS) are carried in, as a
+# machine of that network would have them. Needs root and debootstrap on a Debian or Ubuntu host.
 # Usage: sudo sh tools/bare-debian.sh ROOTFS [--block-cpu-index] [--full]
 set -eu
 rootfs=${1:?usage: sh tools/bare-debian.sh ROOTFS [--block-cpu-index] [--full]}
@@ -22,6 +24,8 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 [ -x "$rootfs/bin/sh" ] || debootstrap --variant=minbase bookworm "$rootfs" http://deb.debian.org/debian
 rm -rf "$rootfs/var/lib/apt/lists/"* "$rootfs/root/c2graph" "$rootfs/srv/origin.git"
 cp /etc/resolv.conf "$rootfs/etc/resolv.conf"
+mkdir -p "$rootfs/usr/local/share/ca-certificates"
+cp -r /usr/local/share/ca-certificates/. "$rootfs/usr/local/share/ca-certificates/" 2>/dev/null || true
 if [ "$block" = yes ]; then
     grep -q download.pytorch.org "$rootfs/etc/hosts" || echo "127.0.0.1 download.pytorch.org" >> "$rootfs/etc/hosts"
 else

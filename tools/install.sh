@@ -23,7 +23,7 @@ fail() {
     exit 1
 }
 
-network="check this machine's network (and pip's proxy, if it needs one: 'pip config list'), then run make again"
+network="check this machine's network (and pip's proxy or certificates, if it needs them: 'pip config list'), then run make again"
 
 "$python" -m venv "$venv" || fail "'$python -m venv $venv' failed (its error is above): remove $venv and run make again"
 "$py" -m pip install --quiet --upgrade pip \
