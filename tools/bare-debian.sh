@@ -4,8 +4,8 @@
 # repository, then `make test` up to the first tests (or all of it with --full). With
 # --block-cpu-index, PyTorch's CPU index is made unreachable on purpose (/etc/hosts sends its name
 # to 127.0.0.1, where nothing answers). The host's local certificate authorities
-# (/usr/local/share/ca-certificates, e.g. a proxy's that inspects TLS) are carried in, as a
-# machine of that network would have them. Needs root and debootstrap on a Debian or Ubuntu host.
+# (/usr/local/share/ca-certificates, e.g. a proxy's that inspects TLS) are carried in, and pip
+# is told to trust the system's store (PIP_CERT), as a machine of that network would be set up. Needs root and debootstrap on a Debian or Ubuntu host.
 # Usage: sudo sh tools/bare-debian.sh ROOTFS [--block-cpu-index] [--full]
 set -eu
 rootfs=${1:?usage: sh tools/bare-debian.sh ROOTFS [--block-cpu-index] [--full]}
@@ -41,7 +41,9 @@ line=$(sed -n '/install first:/,/^```$/p' "$repo/README.md" | grep '^S=')
 echo "bare-debian: running the README's line: $line"
 until_tests='make test 2>&1 | while IFS= read -r l; do echo "$l"; case "$l" in *"passed"*|*"%]"*) break;; esac; done'
 [ "$full" = yes ] && until_tests="make test"
-chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb sh -c "
+certs=
+[ -n "$(ls /usr/local/share/ca-certificates 2>/dev/null)" ] && certs=PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb $certs sh -c "
 set -e
 cd /root
 $line
