@@ -141,6 +141,15 @@ gpu-notebooks: gpu-deps
 	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=60 $$nb || failed="$$failed $$nb"; \
 	done; if [ -n "$$failed" ]; then echo "notebooks that failed:$$failed"; exit 1; fi; echo "every notebook ran"
 
+## make gpu-room: a room on one card without the hub: GPU_ROOM students (1, then 4, then 8) run
+## notebooks 03 and 04 at once, each in their own kernel (compiled kernels, real CUDA graphs); every
+## notebook must finish; times and the card's memory in $(OUT)/gpu-room.json
+GPU_ROOM ?= 1,4,8
+.PHONY: gpu-room
+gpu-room: gpu-deps
+	@mkdir -p $(OUT)
+	$(GPU_ENV) $(GPU_PY) hub/gpu_room.py --students $(GPU_ROOM) --out $(OUT)/gpu-room.json
+
 ## make bench: the benchmark on a CUDA host (under 8 minutes on an H200): a table on stdout, the
 ## results in $(OUT)/benchmarks/results/<date>-<device>.json, to be copied to benchmarks/results/
 # BENCH_ARGS: more arguments, e.g. BENCH_ARGS="--time-budget-s 200 --rows 2048,16384"
