@@ -47,6 +47,7 @@ chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin T
 set -e
 cd /root
 $line
+update-ca-certificates >/dev/null
 git clone -q /srv/origin.git c2graph && cd c2graph
 started=\$(date +%s)
 sh -c '$until_tests'
