@@ -77,20 +77,31 @@ browser-test: $(STAMP)
 	$(CPU) nice $(PY) tests/browser/run_notebooks.py --browser $(CHROMIUM) --notebooks notebooks --screens figures/screens
 
 # --- one hub for the room: JupyterHub on this machine, settings in hub/settings.toml ----------
-HUB_STAMP := $(VENV)/.hub-installed
-HUB_PROXY_MISSING = c2graph hub: configurable-http-proxy (JupyterHub's proxy) is missing: run \
-  'apt-get install node-configurable-http-proxy' (Debian, Ubuntu) or 'npm install -g configurable-http-proxy', then run make again
+# The hub and every student's JupyterLab run from their own environment, made with a python3 that
+# every student's account can run (Debian's, where there is one; a python3 under root's home is not).
+HUB_PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,$(PYTHON))
+HUB_VENV   ?= build/hub-venv
+HUB_STAMP  := $(HUB_VENV)/.hub-installed
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# JupyterHub's proxy: Debian's package (apt-get, as root or with sudo), else one line on what to do.
+HUB_PROXY = command -v configurable-http-proxy >/dev/null || \
+  if command -v apt-get >/dev/null; then $(SUDO) apt-get update -q && \
+    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q node-configurable-http-proxy; \
+  else echo "c2graph hub: configurable-http-proxy (JupyterHub's proxy) is missing: run \
+'npm install -g configurable-http-proxy', then run make again" >&2; exit 1; fi
 
-$(HUB_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[hub]'
+$(HUB_STAMP): pyproject.toml constraints.txt
+	@sh tools/check-setup.sh $(HUB_PYTHON) $(HUB_VENV)
+	@sh tools/install.sh $(HUB_PYTHON) $(HUB_VENV) '$(TORCH_INDEX)'
+	$(HUB_VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[hub]'
 	@touch $(HUB_STAMP)
 
 ## make hub: JupyterHub for a room (as root): every student of hub/settings.toml signs in with a
 ## browser and gets their own JupyterLab on their own student copies (README, "One hub for the room")
 .PHONY: hub hub-test
 hub: $(HUB_STAMP)
-	@command -v configurable-http-proxy >/dev/null || { echo "$(HUB_PROXY_MISSING)" >&2; exit 1; }
-	C2GRAPH_VENV=$(abspath $(VENV)) $(VENV)/bin/jupyterhub -f hub/jupyterhub_config.py
+	@$(HUB_PROXY)
+	C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py
 
 ## make hub-test: the hub under load: HUB_STUDENTS students (default 8) sign in through its REST API,
 ## run HUB_NOTEBOOK in their own servers at once; each must finish with no error and reach no other
@@ -98,9 +109,9 @@ hub: $(HUB_STAMP)
 HUB_STUDENTS ?= 8
 HUB_NOTEBOOK ?= 01_the_ratio2_compressor.ipynb
 hub-test: $(HUB_STAMP)
-	@command -v configurable-http-proxy >/dev/null || { echo "$(HUB_PROXY_MISSING)" >&2; exit 1; }
+	@$(HUB_PROXY)
 	@mkdir -p out
-	C2GRAPH_VENV=$(abspath $(VENV)) $(PY) hub/load_test.py --students $(HUB_STUDENTS) \
+	C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/python hub/load_test.py --students $(HUB_STUDENTS) \
 	  --notebook notebooks/$(HUB_NOTEBOOK) --out out/hub-test.json
 
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
@@ -158,4 +169,4 @@ bench:
 	$(GPU_ENV) $(GPU_PY) -m c2graph bench --folder $(OUT)/benchmarks/results $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(HUB_VENV) .pytest_cache .hypothesis

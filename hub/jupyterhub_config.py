@@ -34,7 +34,7 @@ try:
     settings = room.load(Path(os.environ.get("C2GRAPH_HUB_SETTINGS", room.SETTINGS)))
 except room.SettingsError as e:
     stop(f"{e}: fix it and run make hub again")
-venv = Path(os.environ.get("C2GRAPH_VENV", room.REPOSITORY / ".venv"))
+venv = Path(os.environ.get("C2GRAPH_VENV", room.REPOSITORY / "build" / "hub-venv"))
 singleuser = venv / "bin" / "jupyterhub-singleuser"
 
 if os.geteuid() != 0:
@@ -46,8 +46,8 @@ for needed in (singleuser, venv / "bin" / "python", room.REPOSITORY / "notebooks
     closed = room.readable_by_everyone(needed)
     if closed is not None:
         stop(f"the students' accounts cannot enter {closed}, so they cannot run {needed}: put the repository, and "
-             "the python3 its .venv was made with, where every user can read them (e.g. the repository under /srv "
-             "and Debian's /usr/bin/python3: 'make hub PYTHON=/usr/bin/python3' in a fresh clone)")
+             f"the python3 that {venv} was made with, where every user can read them (e.g. the repository under "
+             "/srv, and 'make clean hub HUB_PYTHON=/usr/bin/python3')")
 if os.path.isdir("/usr/share/nodejs"):  # Debian's node modules, for a node that is not Debian's own
     os.environ["NODE_PATH"] = os.pathsep.join(filter(None, ["/usr/share/nodejs", os.environ.get("NODE_PATH")]))
 if shutil.which("configurable-http-proxy") is None:

@@ -193,7 +193,7 @@ def main() -> int:
     if os.geteuid() != 0:
         print("c2graph hub-test: run it as root: it makes and removes Unix accounts hubtest01...", file=sys.stderr)
         return 1
-    venv = Path(os.environ.get("C2GRAPH_VENV", room.REPOSITORY / ".venv"))
+    venv = Path(os.environ.get("C2GRAPH_VENV", room.REPOSITORY / "build" / "hub-venv"))
     cells = [c.source for c in nbformat.read(args.notebook, as_version=4).cells if c.cell_type == "code"]
     state = Path(tempfile.mkdtemp(prefix="c2graph-hub-test-"))
     settings = state / "settings.toml"

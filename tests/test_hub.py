@@ -132,6 +132,6 @@ def test_without_cgroups_the_limits_cannot_be_made(tmp_path, monkeypatch):
 def test_make_hub_and_hub_test_use_the_settings_and_the_load_test():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^hub: \$\(HUB_STAMP\)$", makefile, re.M) and re.search(r"^hub-test: \$\(HUB_STAMP\)$", makefile, re.M)
-    assert "$(VENV)/bin/jupyterhub -f hub/jupyterhub_config.py" in makefile
+    assert "$(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py" in makefile
     assert "hub/load_test.py --students $(HUB_STUDENTS)" in makefile
     assert re.search(r"^HUB_STUDENTS \?= (\d+)$", makefile, re.M).group(1) == "8"
