@@ -138,7 +138,7 @@ gpu-deps:
 ## nbval there: the same cells, compiled kernels and real CUDA graphs, the same stored outputs
 gpu-test: gpu-deps
 	@$(GPU_PY) -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else "gpu-test needs a CUDA device")'
-	@mkdir -p out
+	@mkdir -p $(OUT)
 	@failed=""; \
 	$(GPU_ENV) $(GPU_PY) -m pytest -q -rs tests --junitxml=$(OUT)/gpu-tests.xml || failed=" tests"; \
 	$(GPU_ENV) $(GPU_PY) -m pytest -q -p no:cacheprovider notebooks $(NBVAL) --nbval-cell-timeout=120 \
