@@ -13,7 +13,6 @@ import asyncio
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,6 +35,7 @@ except room.SettingsError as e:
     stop(f"{e}: fix it and run make hub again")
 venv = Path(os.environ.get("C2GRAPH_VENV", room.REPOSITORY / "build" / "hub-venv"))
 singleuser = venv / "bin" / "jupyterhub-singleuser"
+COPIES = room.REPOSITORY / "src" / "c2graph" / "workshop" / "student.py"
 
 if os.geteuid() != 0:
     stop("the hub runs as root: it makes one Unix account per student and starts each student's JupyterLab "
@@ -106,14 +106,16 @@ class WorkshopSpawner(LocalProcessSpawner):
 
     async def start(self):
         home = pwd.getpwnam(self.user.name).pw_dir
-        # in a thread: the hub's event loop keeps serving the room while the copies are made
-        made = await asyncio.to_thread(
-            subprocess.run, [str(venv / "bin" / "python"), "-m", "c2graph.workshop.student", "--keep",
-                             str(room.REPOSITORY / "notebooks"), os.path.join(home, "c2graph")],
-            preexec_fn=set_user_setuid(self.user.name), env=self.get_env(), capture_output=True, text=True)
+        # as the student, without blocking the hub; student.py run as a file imports nbformat alone
+        # (not torch, as `python -m c2graph...` would), so a room's sign-ins do not queue behind it
+        made = await asyncio.create_subprocess_exec(
+            str(venv / "bin" / "python"), str(COPIES), "--keep", str(room.REPOSITORY / "notebooks"),
+            os.path.join(home, "c2graph"), preexec_fn=set_user_setuid(self.user.name), env=self.get_env(),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await made.communicate()
         if made.returncode != 0:
-            raise RuntimeError(f"the student copies of {self.user.name} could not be made: {made.stderr.strip()}")
-        self.log.info("%s: %s", self.user.name, made.stdout.strip())
+            raise RuntimeError(f"the student copies of {self.user.name} could not be made: {err.decode().strip()}")
+        self.log.info("%s: %s", self.user.name, out.decode().strip())
         self.joins = room.make_limits(self.user.name, settings.memory_gb, settings.cpus) if limited else []
         return await super().start()
 

@@ -13,6 +13,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import subprocess
+
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,3 +137,18 @@ def test_make_hub_and_hub_test_use_the_settings_and_the_load_test():
     assert "$(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py" in makefile
     assert "hub/load_test.py --students $(HUB_STUDENTS)" in makefile
     assert re.search(r"^HUB_STUDENTS \?= (\d+)$", makefile, re.M).group(1) == "8"
+
+
+def test_the_hub_makes_student_copies_with_student_py_run_as_a_file_without_torch(tmp_path):
+    """The hub runs src/c2graph/workshop/student.py as a file, so that a room's sign-ins do not each
+    import torch: it must import nothing of the package and keep what a student has."""
+    config = (ROOT / "hub" / "jupyterhub_config.py").read_text()
+    assert 'COPIES = room.REPOSITORY / "src" / "c2graph" / "workshop" / "student.py"' in config
+    script = ROOT / "src" / "c2graph" / "workshop" / "student.py"
+    assert not re.search(r"^from \.|^import c2graph|^from c2graph", script.read_text(), re.M)
+    command = [sys.executable, "-X", "importtime", str(script), "--keep", str(ROOT / "notebooks"), str(tmp_path / "c2graph")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines() if "|" in line}
+    assert "nbformat" in imported and not imported & {"torch", "triton", "c2graph"}
+    assert done.stdout.startswith(f"student copies in {tmp_path / 'c2graph'}/: ")
