@@ -1,6 +1,7 @@
 """notebooks/INSTRUCTOR.md's three-hour plan against the notebooks and the guide itself, read at
 test time: the room's minutes add up to 180 and each block to the guide's minutes it cites; every
-section it names by number (§N) or by title exists in that notebook under that number; the
+section it names by number (§N) or by title, and every exercise and puzzle it names, exists in that
+notebook under that number; the
 guide's per-notebook minutes are those of each notebook's own "Minutes"; every notebook's
 recorded cells run within the bound the plan states."""
 
@@ -23,10 +24,10 @@ def _table(heading: str) -> list[list[str]]:
     return rows[2:]
 
 
-def _headings(number: str) -> list[str]:
+def _headings(number: str, level: str = "## ") -> list[str]:
     nb = nbformat.read(NOTEBOOKS[number], as_version=4)
-    return [line[3:].strip() for cell in nb.cells if cell.cell_type == "markdown"
-            for line in cell.source.splitlines() if line.startswith("## ")]
+    return [line[len(level):].strip() for cell in nb.cells if cell.cell_type == "markdown"
+            for line in cell.source.splitlines() if line.startswith(level)]
 
 
 def _numbered(number: str) -> dict[int, str]:
@@ -69,11 +70,17 @@ def test_every_section_the_plan_names_is_in_that_notebook_under_that_number():
                 f"{notebook}'s §{number} is {sections.get(int(number))!r}, the plan says {title!r}; "
                 f"{notebook}'s sections now: {sections}")
             named += 1
+        for kind, number, title in re.findall(r"\b(exercise|puzzle) (\d) \*([^*]+)\*", line):
+            assert notebook, f"an exercise named without its notebook: {line}"
+            headings = [h for h in _headings(notebook, level="### ")]
+            assert any(h.startswith(f"{kind.capitalize()} {number}: {title}") for h in headings), (
+                f"{notebook} has no '### {kind.capitalize()} {number}: {title}': {headings}")
+            named += 1
         for title in re.findall(r'"([^"]+)"', line) if notebook else []:
             headings = [re.sub(r"^\d+\. ", "", h) for h in _headings(notebook)]
             assert any(h.startswith(title) for h in headings), f"{notebook} has no section {title!r}: {headings}"
             named += 1
-    assert named >= 15
+    assert named >= 25
 
 
 def test_the_guides_minutes_per_notebook_are_each_notebooks_own():
