@@ -370,3 +370,18 @@ def test_the_setup_check_names_a_torch_or_triton_that_is_not_the_pinned_one():
     assert str(setup_check.SetupReport([], [])) == str(setup_check.SetupReport())
     assert setup_check.pin_notes(installed={"torch": None, "triton": None}) == []  # not installed: a problem, not a note
     assert setup_check.in_project_venv() == (Path(sys.prefix) / ".installed").is_file()
+
+
+def test_nbval_compares_notebook_00s_set_up_line_without_the_version_note():
+    """On the route without PyTorch's CPU index, triton is not the pinned one: the note after "ready"
+    says so, and notebooks/sanitize.cfg removes it before nbval compares 00's stored line."""
+    from c2graph.workshop import setup_check
+    from nbval.plugin import get_sanitize_patterns
+
+    patterns = get_sanitize_patterns((ROOT / "notebooks" / "sanitize.cfg").read_text())
+    notes = setup_check.pin_notes(installed={"torch": "2.13.0+cu130", "triton": "3.7.1"}, pins={"torch": "2.12.0", "triton": "3.9.0"})
+    assert len(notes) == 2
+    noted, plain = str(setup_check.SetupReport([], notes)), str(setup_check.SetupReport())
+    for regex, replace in patterns:
+        noted, plain = re.sub(regex, replace, noted), re.sub(regex, replace, plain)
+    assert noted == plain
