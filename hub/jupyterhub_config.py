@@ -36,6 +36,8 @@ except room.SettingsError as e:
 venv = Path(os.environ.get("C2GRAPH_VENV", room.REPOSITORY / "build" / "hub-venv"))
 singleuser = venv / "bin" / "jupyterhub-singleuser"
 COPIES = room.REPOSITORY / "src" / "c2graph" / "workshop" / "student.py"
+SERVER_PORTS = 20000
+"""Student k's JupyterLab listens on 127.0.0.1, port SERVER_PORTS + k."""
 
 if os.geteuid() != 0:
     stop("the hub runs as root: it makes one Unix account per student and starts each student's JupyterLab "
@@ -117,6 +119,9 @@ class WorkshopSpawner(LocalProcessSpawner):
             raise RuntimeError(f"the student copies of {self.user.name} could not be made: {err.decode().strip()}")
         self.log.info("%s: %s", self.user.name, out.decode().strip())
         self.joins = room.make_limits(self.user.name, settings.memory_gb, settings.cpus) if limited else []
+        # a port of the account's own, below Linux's ephemeral range: a random free port could be
+        # taken by another student's kernel before this server binds it (seen with 16 at once)
+        self.port = SERVER_PORTS + accounts.index(self.user.name)
         return await super().start()
 
 
