@@ -13,21 +13,33 @@ CPU    := CUDA_VISIBLE_DEVICES=
 .PHONY: lab test unit nbval notebooks figures gpu-wheels gpu-deps gpu-test gpu-notebooks bench clean
 
 # torch comes from PyTorch's CPU index: PyPI's torch for Linux is the CUDA build (gigabytes), which
-# also pins a triton other than constraints.txt's. TORCH_INDEX= (empty) leaves torch to pip's index.
+# also requires a triton other than constraints.txt's. When that index does not answer within a few
+# seconds, or with TORCH_INDEX= (empty), torch comes from pip's own index with the triton it requires
+# (tools/install.sh says which route it took).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 # The check comes first: one line saying what to install, before anything is written.
 $(STAMP): pyproject.toml constraints.txt
 	@sh tools/check-setup.sh $(PYTHON) $(VENV)
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@sh tools/install.sh $(PYTHON) $(VENV) '$(TORCH_INDEX)'
 	@touch $(STAMP)
 
-## make lab: create the environment if needed and open the notebooks in JupyterLab
+# JupyterLab's port (`make lab PORT=8890`); as root (a container) it must be told it may run so.
+PORT ?= 8888
+AS_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+STUDENT ?= student
+
+## make lab: create the environment if needed and open the notebooks in JupyterLab (self-study:
+## the notebooks hold every exercise's solution)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
+	$(VENV)/bin/jupyter lab notebooks --port $(PORT) $(AS_ROOT)
+
+## make workshop: the student copies in student/ (made where missing, a student's edits never
+## written over), opened in JupyterLab
+.PHONY: workshop
+workshop: $(STAMP)
+	$(PY) -m c2graph.workshop.student --keep notebooks $(STUDENT)
+	$(VENV)/bin/jupyter lab $(STUDENT) --port $(PORT) $(AS_ROOT)
 
 ## make test: unit tests, then every notebook under nbval (CPU)
 test: $(STAMP)
@@ -63,6 +75,44 @@ browser-test: $(STAMP)
 	  $(if $(filter 0,$(shell id -u)),,sudo) apt-get update && \
 	  DEBIAN_FRONTEND=noninteractive $(if $(filter 0,$(shell id -u)),,sudo) apt-get install -y chromium; fi
 	$(CPU) nice $(PY) tests/browser/run_notebooks.py --browser $(CHROMIUM) --notebooks notebooks --screens figures/screens
+
+# --- one hub for the room: JupyterHub on this machine, settings in hub/settings.toml ----------
+# The hub and every student's JupyterLab run from their own environment, made with a python3 that
+# every student's account can run (Debian's, where there is one; a python3 under root's home is not).
+HUB_PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,$(PYTHON))
+HUB_VENV   ?= build/hub-venv
+HUB_STAMP  := $(HUB_VENV)/.hub-installed
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# JupyterHub's proxy: Debian's package (apt-get, as root or with sudo), else one line on what to do.
+HUB_PROXY = command -v configurable-http-proxy >/dev/null || \
+  if command -v apt-get >/dev/null; then $(SUDO) apt-get update -q && \
+    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q node-configurable-http-proxy; \
+  else echo "c2graph hub: configurable-http-proxy (JupyterHub's proxy) is missing: run \
+'npm install -g configurable-http-proxy', then run make again" >&2; exit 1; fi
+
+$(HUB_STAMP): pyproject.toml constraints.txt
+	@sh tools/check-setup.sh $(HUB_PYTHON) $(HUB_VENV)
+	@sh tools/install.sh $(HUB_PYTHON) $(HUB_VENV) '$(TORCH_INDEX)'
+	$(HUB_VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[hub]'
+	@touch $(HUB_STAMP)
+
+## make hub: JupyterHub for a room (as root): every student of hub/settings.toml signs in with a
+## browser and gets their own JupyterLab on their own student copies (README, "One hub for the room")
+.PHONY: hub hub-test
+hub: $(HUB_STAMP)
+	@$(HUB_PROXY)
+	C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py
+
+## make hub-test: the hub under load: HUB_STUDENTS students (default 8) sign in through its REST API,
+## run HUB_NOTEBOOK in their own servers at once; each must finish with no error and reach no other
+## student's files (as root; Unix accounts hubtest01... are made and removed); results in out/hub-test.json
+HUB_STUDENTS ?= 8
+HUB_NOTEBOOK ?= 01_the_ratio2_compressor.ipynb
+hub-test: $(HUB_STAMP)
+	@$(HUB_PROXY)
+	@mkdir -p out
+	C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/python hub/load_test.py --students $(HUB_STUDENTS) \
+	  --notebook notebooks/$(HUB_NOTEBOOK) --out out/hub-test.json
 
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
 GPU_PY  ?= python3
@@ -102,6 +152,15 @@ gpu-notebooks: gpu-deps
 	  echo "executing $$nb"; $(GPU_ENV) $(EXECUTE) --inplace --timeout=60 $$nb || failed="$$failed $$nb"; \
 	done; if [ -n "$$failed" ]; then echo "notebooks that failed:$$failed"; exit 1; fi; echo "every notebook ran"
 
+## make gpu-room: a room on one card without the hub: GPU_ROOM students (1, then 4, then 8) run
+## notebooks 03 and 04 at once, each in their own kernel (compiled kernels, real CUDA graphs); every
+## notebook must finish; times and the card's memory in $(OUT)/gpu-room.json
+GPU_ROOM ?= 1,4,8
+.PHONY: gpu-room
+gpu-room: gpu-deps
+	@mkdir -p $(OUT)
+	$(GPU_ENV) $(GPU_PY) hub/gpu_room.py --students $(GPU_ROOM) --out $(OUT)/gpu-room.json
+
 ## make bench: the benchmark on a CUDA host (under 8 minutes on an H200): a table on stdout, the
 ## results in $(OUT)/benchmarks/results/<date>-<device>.json, to be copied to benchmarks/results/
 # BENCH_ARGS: more arguments, e.g. BENCH_ARGS="--time-budget-s 200 --rows 2048,16384"
@@ -110,4 +169,4 @@ bench:
 	$(GPU_ENV) $(GPU_PY) -m c2graph bench --folder $(OUT)/benchmarks/results $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(HUB_VENV) .pytest_cache .hypothesis

@@ -386,23 +386,3 @@ def test_pictures_of_stored_results_come_from_one_run_that_read_the_stored_file(
     stated = [s for cell, kind, body, reads in dict(DOCS)[name] if kind == "output"
               for s in stored_numbers.statements(name, cell, kind, body, ROW_COUNTS, reads)]
     assert stated, f"{name}: pictures of stored results, and no printed number that shows which file was read"
-
-
-# --- the instructor's three-hour plan ------------------------------------------------------------------
-
-
-def test_the_three_hour_plan_adds_up_and_names_real_exercises():
-    guide = (ROOT / "notebooks" / "INSTRUCTOR.md").read_text()
-    plan = guide.split("## The workshop in three hours", 1)[1].split("\n## ", 1)[0]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in plan.splitlines()
-            if line.startswith("| ") and not line.startswith("| start") and not line.startswith("| notebook")]
-    blocks = [r for r in rows if r[-1].isdigit()]
-    total = next(int(r[-1].strip("*")) for r in rows if "in all" in r[-2])
-    assert sum(int(r[-1]) for r in blocks) == total <= 180
-    assert sum(r[1] == "break" for r in blocks) == 2
-    for r in blocks:  # the exercises' allowances fit in their block
-        assert sum(int(m) for m in re.findall(r"\((\d+)\)", r[3])) <= int(r[-1]), r
-    headings = {m for p in (ROOT / "notebooks").glob("0*.ipynb") for c in notebook(p.name)
-                if c["cell_type"] == "markdown" for m in re.findall(r"### Exercise \d*:? ?(.+)", text(c))}
-    named = [e for r in blocks for e in re.findall(r"exercise \d, ([\w -]+?) \(\d+\)", r[3])]
-    assert len(named) == 7 and set(named) <= headings, (named, headings)

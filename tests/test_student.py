@@ -23,7 +23,8 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from c2graph.workshop.student import STUB, Exercise, cell_tags, find_exercises, stub_source, student_copy, write_student_copies
+from c2graph.workshop.student import (STUB, Exercise, add_missing_student_copies, cell_tags, find_exercises, stub_source,
+                                      student_copy, write_student_copies)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -351,3 +352,24 @@ def test_write_student_copies_refuses_to_write_over_the_notebooks(tmp_path):
         write_student_copies(ROOT / "notebooks", ROOT / "notebooks")
     with pytest.raises(ValueError, match="notebooks: no .ipynb file"):
         write_student_copies(tmp_path, tmp_path / "student")
+
+
+def test_keep_makes_only_the_missing_copies_and_never_writes_over_a_students_edits(tmp_path):
+    out = tmp_path / "student"
+    command = [sys.executable, "-m", "c2graph.workshop.student", "--keep", str(ROOT / "notebooks"), str(out)]
+    first = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == f"student copies in {out}/: {len(NOTEBOOKS)} made, 0 kept as they were\n"
+    edited = out / NOTEBOOKS[1].name
+    edited.write_text(edited.read_text().replace("NotImplementedError", "NotImplementedError  # mine"))
+    mine = edited.read_bytes()
+    (out / NOTEBOOKS[0].name).unlink()  # a copy the student deleted comes back
+    (out / "notes.txt").write_text("keep me")
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"student copies in {out}/: 1 made, {len(NOTEBOOKS) - 1} kept as they were\n"
+    assert edited.read_bytes() == mine and (out / "notes.txt").read_text() == "keep me"
+    fresh = nbformat.read(out / NOTEBOOKS[0].name, as_version=4)
+    assert fresh.cells == student_copy(nbformat.read(NOTEBOOKS[0], as_version=4), NOTEBOOKS[0].name).cells
+    with pytest.raises(ValueError, match="student: .* is the notebooks' folder itself"):
+        add_missing_student_copies(ROOT / "notebooks", ROOT / "notebooks")

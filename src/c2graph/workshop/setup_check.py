@@ -9,6 +9,10 @@ what is wrong and how to fix it.
   interpreter on a CPU) and returns the right numbers;
 - :func:`graph_problem`: one graph is captured and replayed (a real CUDA graph, or the CPU
   emulation) and a replay after a ``copy_`` sees the new input.
+
+In the checkout's own ``.venv`` (the one ``make lab`` installs), :func:`pin_notes` also says when
+torch or triton is not the version ``constraints.txt`` pins (the versions the notebooks' stored
+outputs were made with), e.g. where the install took torch from pip's own index.
 """
 
 from __future__ import annotations
@@ -31,6 +35,10 @@ from ..graphs.graph import Graph
 NEEDED = ("torch", "triton", "matplotlib", "ipywidgets")
 """The packages the notebooks import (JupyterLab is already running the cell that asks)."""
 FIX_VERSIONS = "run `make lab` in the repository: it installs the versions pinned in constraints.txt"
+PINNED = ("torch", "triton")
+"""The packages whose exact versions :func:`pin_notes` compares with ``constraints.txt``."""
+CHECKOUT = Path(__file__).resolve().parents[3]
+"""The repository's root when c2graph runs from a checkout (``pyproject.toml``, ``constraints.txt``)."""
 
 
 @dataclass
@@ -38,6 +46,7 @@ class SetupReport:
     """What :func:`check_setup` found: ``ok``, and each problem with its fix, in words."""
 
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -49,7 +58,7 @@ class SetupReport:
     def __str__(self) -> str:
         if self.ok:
             return ("ready: Python and every package as c2graph needs them; one Triton kernel and one graph "
-                    "replay gave the right numbers")
+                    "replay gave the right numbers" + "".join(f"; but {note}" for note in self.notes))
         return "not ready: " + "; and ".join(self.problems)
 
     __repr__ = __str__
@@ -63,7 +72,7 @@ def declared_requirements() -> tuple[str, list[Requirement]]:
         reqs = [Requirement(r) for r in metadata.requires("c2graph") or []]
         return meta["Requires-Python"] or "", [r for r in reqs if r.marker is None]
     except metadata.PackageNotFoundError:
-        project = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]
+        project = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]
         return project.get("requires-python", ""), [Requirement(r) for r in project["dependencies"]]
 
 
@@ -81,8 +90,35 @@ def version_problems(python: str | None = None, installed: dict[str, str | None]
         if have is None:
             problems.append(f"{req.name} is not installed: {FIX_VERSIONS}")
         elif not req.specifier.contains(have.split("+")[0], prereleases=True):
-            problems.append(f"{req.name} {have} is installed, c2graph needs {req}: {FIX_VERSIONS}")
+            lowest_first = ",".join(sorted(map(str, req.specifier), key=lambda spec: not spec.startswith(">")))
+            problems.append(f"{req.name} {have} is installed, c2graph needs {req.name}{lowest_first}: {FIX_VERSIONS}")
     return problems
+
+
+def pinned_versions() -> dict[str, str]:
+    """``constraints.txt``'s pins of :data:`PINNED` (name -> version); empty outside a checkout."""
+    path = CHECKOUT / "constraints.txt"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    pins = (line.split("#")[0].strip().split("==") for line in lines)
+    return {pin[0].lower(): pin[1] for pin in pins if len(pin) == 2 and pin[0].lower() in PINNED}
+
+
+def pin_notes(installed: dict[str, str | None] | None = None, pins: dict[str, str] | None = None) -> list[str]:
+    """Each package of :data:`PINNED` whose installed version (local label such as ``+cpu`` aside) is
+    not ``constraints.txt``'s pin. ``installed`` and ``pins`` default to this machine's."""
+    pins = pinned_versions() if pins is None else pins
+    notes = []
+    for name, pin in pins.items():
+        have = installed[name] if installed is not None else _installed(name)
+        if have is not None and have.split("+")[0] != pin:
+            notes.append(f"{name} {have} is installed where constraints.txt pins {pin} (the version the notebooks' "
+                         "stored outputs were made with): the notebooks should run, but a printed number may differ")
+    return notes
+
+
+def in_project_venv() -> bool:
+    """Whether this Python is a ``.venv`` that ``make lab`` installed (it leaves ``.installed`` there)."""
+    return (Path(sys.prefix) / ".installed").is_file()
 
 
 def _installed(name: str) -> str | None:
@@ -133,7 +169,8 @@ def graph_problem() -> str | None:
 
 def check_setup() -> SetupReport:
     """Versions, one Triton kernel, one graph replay: a :class:`SetupReport` whose one line says ready,
-    or each problem and its fix."""
+    or each problem and its fix; in the project's ``.venv``, a torch or triton other than the pinned
+    one is named after "ready"."""
     problems = version_problems()
     problems += [p for p in (triton_problem(), graph_problem()) if p]
-    return SetupReport(problems)
+    return SetupReport(problems, pin_notes() if in_project_venv() else [])

@@ -1,7 +1,8 @@
 """Student copies of the notebooks: every exercise's solution replaced by a stub.
 
 ``make student`` (``python -m c2graph.workshop.student notebooks student``) writes one copy of
-every notebook to ``student/``, made fresh each time. In a copy, each cell tagged ``solution``
+every notebook to ``student/``, made fresh each time. ``make workshop`` (``... --keep``) and the
+hub write only the copies that are missing, so a student's edits are never overwritten. In a copy, each cell tagged ``solution``
 keeps its imports, its function signatures and their docstrings, and every function body
 becomes one line::
 
@@ -181,14 +182,52 @@ def write_student_copies(notebooks: Path, student: Path) -> list[Path]:
     return [student / name for name in copies]
 
 
+def add_missing_student_copies(notebooks: Path, student: Path) -> list[Path]:
+    """Write the student copies (and ``SHARED_FILES``) that ``student`` lacks; keep every file there.
+
+    A student's own copy, edited or not, is never written over; a notebook added to ``notebooks``
+    since is added. Returns the files written (none when every copy is there already).
+    """
+    notebooks, student = Path(notebooks), Path(student)
+    sources = sorted(notebooks.glob("*.ipynb"))
+    if not sources:
+        raise ValueError(f"notebooks: no .ipynb file in {notebooks}, expected the notebooks' folder")
+    if student.resolve() == notebooks.resolve():
+        raise ValueError(f"student: {student} is the notebooks' folder itself, expected another folder")
+    missing = [p for p in sources if not (student / p.name).exists()]
+    copies = {p.name: student_copy(nbformat.read(p, as_version=4), p.name) for p in missing}
+    student.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, nb in copies.items():
+        nbformat.validate(nb)
+        nbformat.write(nb, student / name)
+        written.append(student / name)
+    for name in SHARED_FILES:
+        if (notebooks / name).is_file() and not (student / name).exists():
+            shutil.copy2(notebooks / name, student / name)
+            written.append(student / name)
+    return written
+
+
+USAGE = "usage: python -m c2graph.workshop.student [--keep] [NOTEBOOKS [STUDENT]]"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m c2graph.workshop.student [NOTEBOOKS [STUDENT]]`` (default ``notebooks student``)."""
+    """``python -m c2graph.workshop.student [--keep] [NOTEBOOKS [STUDENT]]`` (default ``notebooks
+    student``): made afresh, or with ``--keep`` only the missing copies added."""
     args = sys.argv[1:] if argv is None else argv
-    if len(args) > 2:
-        print("usage: python -m c2graph.workshop.student [NOTEBOOKS [STUDENT]]", file=sys.stderr)
+    keep = "--keep" in args
+    args = [a for a in args if a != "--keep"]
+    if len(args) > 2 or any(a.startswith("-") for a in args):
+        print(USAGE, file=sys.stderr)
         return 2
     notebooks = Path(args[0]) if args else Path("notebooks")
     student = Path(args[1]) if len(args) > 1 else Path("student")
+    if keep:
+        written = add_missing_student_copies(notebooks, student)
+        kept = len(list(student.glob("*.ipynb"))) - sum(p.suffix == ".ipynb" for p in written)
+        print(f"student copies in {student}/: {sum(p.suffix == '.ipynb' for p in written)} made, {kept} kept as they were")
+        return 0
     written = write_student_copies(notebooks, student)
     stubs = sum(SOLUTION in cell_tags(c) for p in written for c in nbformat.read(p, as_version=4).cells)
     print(f"wrote {len(written)} student notebooks to {student}/ ({stubs} solution cells stubbed)")
