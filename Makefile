@@ -162,11 +162,13 @@ gpu-room: gpu-deps
 	$(GPU_ENV) $(GPU_PY) hub/gpu_room.py --students $(GPU_ROOM) --out $(OUT)/gpu-room.json
 
 ## make bench: the benchmark on a CUDA host (under 8 minutes on an H200): a table on stdout, the
-## results in $(OUT)/benchmarks/results/<date>-<device>.json, to be copied to benchmarks/results/
+## results in $(OUT)/benchmarks/results/<date>-<device>.json, to be copied to benchmarks/results/,
+## then the fused kernel's program timeline beside them (benchmarks/timeline.py)
 # BENCH_ARGS: more arguments, e.g. BENCH_ARGS="--time-budget-s 200 --rows 2048,16384"
 bench:
 	@mkdir -p $(OUT)/benchmarks/results
 	$(GPU_ENV) $(GPU_PY) -m c2graph bench --folder $(OUT)/benchmarks/results $(BENCH_ARGS)
+	$(GPU_ENV) $(GPU_PY) benchmarks/timeline.py --results $(OUT)/benchmarks/results
 
 clean:
 	rm -rf $(VENV) $(HUB_VENV) .pytest_cache .hypothesis
