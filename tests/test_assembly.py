@@ -26,7 +26,7 @@ def solutions() -> dict[str, str]:
 def namespace(**changed: tuple[str, str]) -> dict:
     """Every solution cell run in order in one namespace; ``changed[name] = (old, new)`` edits that
     function's cell first (the edit must apply)."""
-    ns: dict = {}
+    ns: dict = {"__name__": "__main__"}  # as in a notebook: compiled Triton reads a callee's __module__
     exec("import triton\nimport triton.language as tl", ns)
     for name, source in solutions().items():
         if name in changed:

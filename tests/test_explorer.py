@@ -85,5 +85,5 @@ def test_the_widget_shows_the_notebooks_own_c2_slots_and_leaves_its_pool_alone(m
     monkeypatch.setattr(explorer, "draw_batch", lambda *a: Figure())
     explorer_widget(CFG, allocator=alloc)
     assert plans, "the widget draws its first batch when it is made"
-    assert torch.equal(plans[0].batch.raw_out_loc, ragged.raw_out_loc), "the same c2 slots as the notebook's batch"
+    assert torch.equal(plans[0].batch.raw_out_loc.cpu(), ragged.raw_out_loc.cpu()), "the same c2 slots as the notebook's batch"
     assert torch.equal(alloc.page_table, table) and alloc.free_pages == free, "the notebook's pool gave no page"

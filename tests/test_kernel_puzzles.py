@@ -428,7 +428,7 @@ def notebook_exercises() -> list[tuple[str, str]]:
 def run_cells(*sources: str) -> dict:
     """Run solution cells in order, in one namespace, as the notebook does (the assembly calls the
     puzzles' functions), each source kept where @triton.jit reads it back."""
-    ns: dict = {}
+    ns: dict = {"__name__": "__main__"}  # as in a notebook: compiled Triton reads a callee's __module__
     exec("import triton\nimport triton.language as tl\nfrom c2graph.workshop.kernel import *\n"
          "from c2graph.workshop.assembly import *", ns)
     for source in sources:
