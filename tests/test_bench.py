@@ -181,17 +181,17 @@ def test_results_table_quotes_the_faster_compiled_variant(smoke):
 
 
 @pytest.mark.parametrize("rows", [16, 256, 2048, 65536])
-def test_ragged_requests(rows):
-    requests = bench_cases.ragged_requests(rows, seed=rows)
+def test_bench_requests(rows):
+    requests = bench_cases.bench_requests(rows, seed=rows)
     assert bench_cases.REQUESTS[0] <= len(requests) <= bench_cases.REQUESTS[1]
     assert sum(n for *_, n in requests) == rows - rows // 16
     assert all(n > 0 for *_, n in requests)
     parities = {prefix % 2 for _, prefix, _ in requests}
     assert parities == {0, 1}
     assert sorted(p for p, *_ in requests) == list(range(len(requests)))
-    assert requests == bench_cases.ragged_requests(rows, seed=rows)  # seeded
+    assert requests == bench_cases.bench_requests(rows, seed=rows)  # seeded
     with pytest.raises(ValueError, match="rows = 1"):
-        bench_cases.ragged_requests(1, seed=0)
+        bench_cases.bench_requests(1, seed=0)
 
 
 def test_minimum_bytes_counts_weights_once_per_program():

@@ -7,6 +7,7 @@ small batches. On a CUDA machine the same tests run the compiled kernel (``pytes
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -462,3 +463,19 @@ def test_cuda_kernel_counts():
     print(f"\nCUDA kernels: fused {fused.total}, torch path {torch_path.total}\n{torch_path.table(10)}")
     assert fused.total == 1, fused.table()
     assert torch_path.total > 30
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("groups_per_block", 12, "KernelBlocks.groups_per_block = 12; expected a power of two"),
+    ("chunk", 48, "KernelBlocks.chunk = 48; expected a power of two"),
+    ("block_k", 0, "KernelBlocks.block_k = 0; expected an int >= 1"),
+    ("num_warps", 3, "KernelBlocks.num_warps = 3; expected a power of two"),
+    ("gate_stages", 0, "KernelBlocks.gate_stages = 0; expected an int >= 1"),
+    ("programs_per_sm", 0, "KernelBlocks.programs_per_sm = 0; expected an int >= 1, or None"),
+    ("gate_halves", 2, "KernelBlocks.gate_halves = 2; expected True or False"),
+])
+def test_kernel_blocks_refuse_sizes_the_kernel_cannot_take_in_the_packages_words(field, value, words):
+    fields = dict(groups_per_block=16, chunk=16, block_k=32, num_warps=4)
+    fields[field] = value
+    with pytest.raises(ValueError, match=re.escape(words)):
+        KernelBlocks(**fields)

@@ -32,7 +32,7 @@ import torch
 import triton
 
 from .._runtime import INTERPRET
-from .arguments import FLOAT32_MAX, FLOAT32_TINY, as_float32_real, check_no_overlap, check_tensor
+from .arguments import FLOAT32_MAX, FLOAT32_TINY, as_float32_real, as_int, check_no_overlap, check_tensor
 from .batch import MAX_ROWS, ROW_TENSORS, ExtendBatch
 from .checks import check_layer_batch_pools, check_outputs
 from .config import MAX_RING_SIZE
@@ -72,6 +72,22 @@ class KernelBlocks:
     max_registers: int | None = None
     gate_stages: int = 1
     gate_halves: bool = False
+
+    def __post_init__(self) -> None:
+        """``ValueError`` naming the field, before Triton sees it: tile sizes and warps are powers of
+        two (``tl.arange`` and the tiles need them), the rest positive ints (or ``None``)."""
+        for name in ("groups_per_block", "chunk", "block_k", "num_warps"):
+            value = as_int(f"KernelBlocks.{name}", getattr(self, name), least=1)
+            if value & (value - 1):
+                raise ValueError(f"KernelBlocks.{name} = {value}; expected a power of two (the kernel's tiles "
+                                 "and Triton's warps come in powers of two)")
+        for name in ("num_stages", "gate_stages"):
+            as_int(f"KernelBlocks.{name}", getattr(self, name), least=1)
+        for name in ("programs_per_sm", "max_registers"):
+            if getattr(self, name) is not None:
+                as_int(f"KernelBlocks.{name}", getattr(self, name), least=1, least_is="1, or None")
+        if self.gate_halves not in (True, False):  # 1 and 0 too, as the sweep spells it (".h1")
+            raise ValueError(f"KernelBlocks.gate_halves = {self.gate_halves!r}; expected True or False")
 
     @property
     def lanes(self) -> int:

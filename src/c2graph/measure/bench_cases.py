@@ -34,7 +34,7 @@ MAX_PREFIX = 512
 """Prefixes are drawn below this, half of them odd."""
 
 
-def ragged_requests(rows: int, seed: int) -> list[tuple[int, int, int]]:
+def bench_requests(rows: int, seed: int) -> list[tuple[int, int, int]]:
     """``(pool_index, prefix_len, extend_len)`` of 8 to 16 requests (fewer if ``rows`` is tiny).
 
     Their extend lengths are a random split of ``rows - rows // 16`` live rows; prefixes are
@@ -84,7 +84,7 @@ def make_case(cfg: Config, rows: int, device: torch.device, *, cache_bytes: int,
               seed: int = 0) -> Case:
     """The case of ``rows`` rows. Its input sets together make at least twice ``cache_bytes``:
     as many copies as that takes, within ``copies = (fewest, most)``."""
-    requests = ragged_requests(rows, seed=seed + rows)
+    requests = bench_requests(rows, seed=seed + rows)
     longest = max(prefix + n for _, prefix, n in requests)
     allocator = ReqToTokenPool(cfg, REQUESTS[1], longest, seed=seed)
     batch = ExtendBatch.build(requests, allocator, request_slots=REQUESTS[1], pad_to=rows, device=device)
