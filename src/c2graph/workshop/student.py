@@ -157,6 +157,16 @@ def student_copy(nb, name: str = "notebook"):
     return out
 
 
+def _sources(notebooks: Path, student: Path) -> list[Path]:
+    """The notebooks to copy, once ``notebooks`` and ``student`` are checked (``ValueError`` naming the argument)."""
+    sources = sorted(notebooks.glob("*.ipynb"))
+    if not sources:
+        raise ValueError(f"notebooks: no .ipynb file in {notebooks}, expected the notebooks' folder")
+    if student.resolve() == notebooks.resolve():
+        raise ValueError(f"student: {student} is the notebooks' folder itself, expected another folder")
+    return sources
+
+
 def write_student_copies(notebooks: Path, student: Path) -> list[Path]:
     """Write a student copy of every ``*.ipynb`` in ``notebooks`` to ``student`` (made afresh).
 
@@ -164,11 +174,7 @@ def write_student_copies(notebooks: Path, student: Path) -> list[Path]:
     Every notebook is stubbed before anything is written, so a bad one leaves ``student`` as it was.
     """
     notebooks, student = Path(notebooks), Path(student)
-    sources = sorted(notebooks.glob("*.ipynb"))
-    if not sources:
-        raise ValueError(f"notebooks: no .ipynb file in {notebooks}, expected the notebooks' folder")
-    if student.resolve() == notebooks.resolve():
-        raise ValueError(f"student: {student} is the notebooks' folder itself, expected another folder")
+    sources = _sources(notebooks, student)
     copies = {path.name: student_copy(nbformat.read(path, as_version=4), path.name) for path in sources}
     if student.exists():
         shutil.rmtree(student)
@@ -189,11 +195,7 @@ def add_missing_student_copies(notebooks: Path, student: Path) -> list[Path]:
     since is added. Returns the files written (none when every copy is there already).
     """
     notebooks, student = Path(notebooks), Path(student)
-    sources = sorted(notebooks.glob("*.ipynb"))
-    if not sources:
-        raise ValueError(f"notebooks: no .ipynb file in {notebooks}, expected the notebooks' folder")
-    if student.resolve() == notebooks.resolve():
-        raise ValueError(f"student: {student} is the notebooks' folder itself, expected another folder")
+    sources = _sources(notebooks, student)
     missing = [p for p in sources if not (student / p.name).exists()]
     copies = {p.name: student_copy(nbformat.read(p, as_version=4), p.name) for p in missing}
     student.mkdir(parents=True, exist_ok=True)
