@@ -46,18 +46,17 @@ from dataclasses import dataclass
 import torch
 
 from ..compressor.arguments import as_int, as_ints
-from ..compressor.batch import check_batch_fits
-from ..compressor.batch import MAX_ROWS, ExtendBatch, check_requests
+from ..compressor.batch import MAX_ROWS, ExtendBatch, check_batch_fits, check_requests
 from ..compressor.compress import compress, layer_path
 from ..compressor.fused import compress_fused
 from ..compressor.model import check_layers_and_pools, one_layer
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
-from .runner_audit import audit_runner
-from .static_batch import StaticBatch
 from ..compressor.torch_path import compress_torch
 from ..graphs.graph import Graph, warmup
+from .runner_audit import audit_runner
+from .static_batch import StaticBatch
 
 
 @dataclass
