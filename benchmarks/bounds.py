@@ -58,7 +58,8 @@ from c2graph.compressor.fused_math import (dot, gate_and_sum_squares, gated_chun
                                            row_sum)
 from c2graph.compressor.pools import POISON
 from c2graph.measure.traffic import weight_bytes
-from sweep import TOL, Case, _pct, capture, copy_bandwidth, measure_variant, parse_variant, time_replays
+from sweep import TOL, Case, _pct, copy_bandwidth, cuda_graph, measure_variant, time_replays
+from variants import Variant, parse_variant
 
 
 @triton.jit
@@ -220,8 +221,9 @@ def launch(case: Case, kind: str, spec: str, projected: torch.Tensor, out: Outpu
         sizes = parse_stream(spec)
         return stream_kernel[(triton.cdiv(pairs, sizes["LANES"]),)](
             projected, out.latent, out.kv_cache, out.index_k, pairs, D=cfg.D, I=cfg.index_dim, **sizes)
-    blocks = parse_variant(spec) or fused.kernel_blocks(cfg.D, case.rows)
-    const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, 1, blocks)
+    variant = parse_variant(spec) or Variant.default(cfg.D, case.rows)
+    blocks = variant.blocks
+    const = variant.constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, 1)
     for name in ("RING", "S_PAD", "RING_PAD"):
         const.pop(name)
     if kind.startswith("super"):
@@ -298,7 +300,7 @@ def measure(case: Case, variant: str, reps: int) -> dict:
     compiled = launch(case, kind, spec, case.buffers[0], out)
     torch.cuda.synchronize()
     problems = check(case, kind, case.buffers[0], out)
-    graphs = [capture(lambda p=p: launch(case, kind, spec, p, out)) for p in case.buffers]
+    graphs = [cuda_graph(lambda p=p: launch(case, kind, spec, p, out)) for p in case.buffers]
     us = time_replays(graphs, reps) if not problems else [float("nan")]
     del graphs
     return {"variant": variant, "rows": case.rows, "median_us": statistics.median(us), "p10_us": _pct(us, 10),

@@ -1,6 +1,6 @@
 """Where each program of the fused kernel spends its time: a timestamp after each step, per program.
 
-:func:`timed_kernel` is :func:`~c2graph.compressor.fused_kernel.fused_compress_kernel`'s body (the
+:func:`timed_kernel` is :func:`~c2graph.compressor.fused_kernel.compress_fused_kernel`'s body (the
 same stages, called in the same order) with the GPU's ``%globaltimer`` (nanoseconds) stored after
 each step of every program: its rows and flags (the pair table, each lane's row, the partners);
 pass A; pass B; the index key; the park. Each stamp is an inline-asm instruction that takes the
@@ -21,8 +21,9 @@ import triton
 import triton.language as tl
 
 from c2graph.compressor import fused
-from c2graph.compressor.fused_kernel import (gate_and_sum_squares, group_rows, index_key_to_cache, index_key_weights,
-                                             lane_rows, latent_and_index_key, pair_table, park_in_ring, partners)
+from c2graph.compressor.fused_kernel import (gate_and_sum_squares, index_key_to_cache, index_key_weights, lane_rows,
+                                             latent_and_index_key, pair_table, park_in_ring, partners, stores_group)
+from variants import Variant
 
 STEPS = ("rows and flags", "pass A", "pass B", "index key", "park")
 """The steps of one program, in order: a program's stamps ``[start, *ends of each step]``."""
@@ -54,7 +55,7 @@ def timed_kernel(
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
                                                    raw_ptr, num_rows, LANES, GROUPS_PER_BLOCK)
-        group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
+        group = stores_group(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
         for i in range(1, 5):  # a block with no group skips its passes: they take no time
             tl.store(t + i, stamp(tl.sum(group.to(tl.int32))))
         if tl.max(group.to(tl.int32), axis=0) != 0:
@@ -78,21 +79,22 @@ def timed_kernel(
 
 
 def program_stamps(layer, projected: torch.Tensor, batch, pools, latent: torch.Tensor,
-                   blocks: fused.KernelBlocks | None = None) -> torch.Tensor:
-    """One launch of :func:`timed_kernel` on a CUDA device, after a sleep kernel that lets the host
-    queue it: ``[programs, 6]`` int64 stamps (ns). Writes the caches, ring and latents as
-    :func:`~c2graph.compressor.fused.compress_fused` does; ``blocks`` defaults to the bucket's
-    (:func:`~c2graph.compressor.fused.kernel_blocks` for ``batch.num_rows``)."""
-    cfg, slots = layer.cfg, batch.extend_offsets.shape[1]
-    blocks = blocks or fused.kernel_blocks(cfg.D, batch.num_rows)
-    const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, slots, blocks)
-    programs = fused.grid_blocks(batch.num_rows, slots, blocks.groups_per_block)
+                   variant: Variant | None = None) -> torch.Tensor:
+    """One launch of :func:`timed_kernel` on a CUDA device, one program a block, after a sleep
+    kernel that lets the host queue it: ``[programs, 6]`` int64 stamps (ns). Writes the caches, ring
+    and latents as :func:`~c2graph.compressor.fused.compress_fused` does; ``variant`` defaults to
+    the bucket's blocks (:func:`~c2graph.compressor.fused.kernel_blocks` for ``batch.num_rows``)."""
+    cfg = layer.cfg
+    variant = variant or Variant.default(cfg.D, batch.num_rows)
+    programs, args, const = fused.kernel_arguments(
+        projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets, layer.norm_w,
+        layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent, cfg.eps, cfg.ring_size,
+        batch.num_rows, blocks=variant.blocks)
+    if variant.max_registers is not None:
+        const["maxnreg"] = variant.max_registers
     ts = torch.zeros(programs, 6, dtype=torch.int64, device=projected.device)
     torch.cuda._sleep(20_000_000)
-    timed_kernel[(programs,)](
-        projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets, layer.norm_w,
-        layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent, batch.num_rows, slots,
-        programs, pools.kv_cache.shape[0], pools.ring.shape[0], cfg.eps, ts, **const)
+    timed_kernel[(programs,)](*args, ts, **const)
     torch.cuda.synchronize()
     return ts.cpu()
 

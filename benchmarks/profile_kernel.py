@@ -3,7 +3,7 @@
 On a CUDA machine, from the repository root, under Nsight Compute (the counters of the fourth
 launch: three to warm up)::
 
-    PYTHONPATH=src ncu --clock-control none -k regex:fused_compress --launch-skip 3 --launch-count 1 \
+    PYTHONPATH=src ncu --clock-control none -k regex:compress_fused --launch-skip 3 --launch-count 1 \
         --set full python3 benchmarks/profile_kernel.py --rows 65536 --variant default
 
 The case is ``benchmarks/sweep.py``'s (a ``dsv41`` ragged batch, random inputs), each launch on
@@ -20,7 +20,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sweep import Case, parse_variant  # noqa: E402
+from sweep import Case  # noqa: E402
+from variants import parse_variant  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -33,10 +34,10 @@ def main(argv=None) -> int:
         print("profile_kernel.py launches on a GPU; this machine has none.", file=sys.stderr)
         return 2
     case = Case(args.rows)
-    blocks = parse_variant(args.variant)
+    variant = parse_variant(args.variant)
     pools, latent = case.fresh()
     for k in range(args.launches):
-        case.fused(blocks, case.buffers[k % len(case.buffers)], pools, latent)
+        case.fused(variant, case.buffers[k % len(case.buffers)], pools, latent)
     torch.cuda.synchronize()
     print(f"{args.launches} launches of {args.variant} at {args.rows} rows")
     return 0

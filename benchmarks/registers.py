@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from c2graph.compressor import fused  # noqa: E402
 from c2graph.compressor.config import Config  # noqa: E402
-from c2graph.compressor.fused_kernel import fused_compress_kernel  # noqa: E402
-from sweep import parse_variant  # noqa: E402
+from c2graph.compressor.fused_kernel import compress_fused_kernel  # noqa: E402
+from variants import Variant, parse_variant  # noqa: E402
 
 POINTERS = {"projected_ptr": "*fp32", "ring_ptr": "*fp32", "pos_ptr": "*i64", "req_ptr": "*i64", "raw_ptr": "*i64",
             "offsets_ptr": "*i32", "norm_w_ptr": "*bf16", "wk_ptr": "*bf16", "k_norm_w_ptr": "*bf16",
@@ -46,13 +46,13 @@ SCALARS = {"num_rows": "i32", "request_slots": "i32", "num_blocks": "i32", "kv_s
            "eps": "fp32"}
 
 
-def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config, request_slots: int = 16,
-                     kernel=fused_compress_kernel, extra: dict | None = None):
-    """The kernel with ``blocks`` for a ``cfg`` layer, compiled for sm_90 (Triton's CompiledKernel),
-    with the constants and options a launch would give it (``fused.kernel_constants``).
+def compile_for_sm90(variant: Variant, cfg: Config, request_slots: int = 16,
+                     kernel=compress_fused_kernel, extra: dict | None = None):
+    """The kernel as ``variant`` for a ``cfg`` layer, compiled for sm_90 (Triton's CompiledKernel),
+    with the constants and options a launch would give it (:meth:`Variant.constants`).
     ``kernel``: the fused kernel, or a copy of it that takes ``extra`` arguments too (``{name:
     Triton type}``, after the fused kernel's scalars)."""
-    const = fused.kernel_constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, request_slots, blocks)
+    const = variant.constants(cfg.D, cfg.index_dim, cfg.rope_dim, cfg.ring_size, request_slots)
     options = {name: const.pop(name) for name in ("num_warps", "num_stages", "maxnreg") if name in const}
     names = list(inspect.signature(kernel.fn).parameters)
     signature = {**POINTERS, **SCALARS, **(extra or {}), **{name: "constexpr" for name in const}}
@@ -82,9 +82,9 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     cfg = Config.dsv41()
     for spec in args.variants:
-        blocks = parse_variant(spec) or fused.kernel_blocks(cfg.D, args.rows)
-        regs, stack = resource_usage(compile_for_sm90(blocks, cfg))
-        print(f"{spec:28} registers {regs:3d}  stack {stack:4d} bytes  ({256 * 1024 // (4 * regs * 32 * blocks.num_warps)}"
+        variant = parse_variant(spec) or Variant.default(cfg.D, args.rows)
+        regs, stack = resource_usage(compile_for_sm90(variant, cfg))
+        print(f"{spec:28} registers {regs:3d}  stack {stack:4d} bytes  ({256 * 1024 // (4 * regs * 32 * variant.blocks.num_warps)}"
               " programs an SM by registers)", flush=True)
     return 0
 

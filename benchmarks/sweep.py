@@ -16,7 +16,7 @@ so the inputs come from memory, not from the L2). Then, for each variant:
    the host filled ahead of it.
 
 The torch path is timed the same way, in a CUDA graph, once per row count. A variant is
-``default`` (what ``compress_fused`` launches) or ``g<groups_per_block>.c<chunk>.k<block_k>.w<num_warps>``
+``default`` (what ``compress_fused`` launches) or a :class:`variants.Variant`, ``g<groups_per_block>.c<chunk>.k<block_k>.w<num_warps>``
 with optional ``.st<num_stages>``, ``.p<programs_per_sm>`` (a persistent grid),
 ``.r<max_registers>`` and ``.a<gate_stages>`` (pass A's pipeline). Variants are compiled first, in parallel processes (``--jobs``). Prints a
 table (registers and spills as Triton reads them from each binary); writes every number to
@@ -37,25 +37,12 @@ from multiprocessing import get_context
 import torch
 
 import c2graph as c2
-from c2graph.compressor import fused
 from c2graph.compressor.pools import POISON
 from c2graph.measure.traffic import minimum_bytes
+from variants import Variant, launch_variant, parse_variant
 
 TOL = 2**-6
 L2_BYTES = 60 * 2**20
-
-
-def parse_variant(spec: str):
-    """``default`` -> ``None``; ``g16.c64.k64.w4[.st2][.p2][.r128][.a3][.h1]`` -> a ``KernelBlocks``."""
-    if spec == "default":
-        return None
-    keys = {"g": "groups_per_block", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
-            "p": "programs_per_sm", "r": "max_registers", "a": "gate_stages", "h": "gate_halves"}
-    fields = {}
-    for part in spec.split("."):
-        key = part.rstrip("0123456789")
-        fields[keys[key]] = int(part[len(key):])
-    return fused.KernelBlocks(**fields)
 
 
 def ragged_batch(cfg, rows: int, seed: int, device: str):
@@ -91,21 +78,21 @@ class Case:
         latent = torch.full((self.rows, self.cfg.D), POISON, dtype=torch.bfloat16, device=self.device)
         return self.pools.clone(), latent
 
-    def fused(self, blocks, projected, pools, latent):
-        """One launch of the fused path with ``blocks`` (``None``: the library's choice)."""
-        if blocks is None:
+    def fused(self, variant: Variant | None, projected, pools, latent):
+        """One launch of the fused path as ``variant`` (``None``: the library's path, its own choice)."""
+        if variant is None:
             c2.compress_fused(self.layer, projected, self.batch, pools, latent_out=latent, validate=False)
             return None
         b, layer, cfg = self.batch, self.layer, self.cfg
-        return fused.launch_fused(projected, pools.ring, b.pos, b.req, b.raw_out_loc, b.extend_offsets,
-                                  layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache,
-                                  pools.index_k, latent, cfg.eps, cfg.ring_size, self.rows, blocks=blocks)
+        return launch_variant(projected, pools.ring, b.pos, b.req, b.raw_out_loc, b.extend_offsets,
+                              layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache,
+                              pools.index_k, latent, cfg.eps, cfg.ring_size, self.rows, variant=variant)
 
     def torch_path(self, projected, pools, latent):
         c2.compress_torch(self.layer, *c2.split_projected(projected), self.batch, pools, latent_out=latent)
 
 
-def capture(fn) -> torch.cuda.CUDAGraph:
+def cuda_graph(fn) -> torch.cuda.CUDAGraph:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -154,7 +141,7 @@ def copy_bandwidth(nbytes: int = 2 << 30, reps: int = 20) -> float:
 def check(case: Case, got, want, name: str) -> list[str]:
     """Where the fused result ``got`` differs from the torch path's ``want`` (empty: none)."""
     (gp, gl), (wp, wl) = got, want
-    groups = torch.tensor(case.batch.group_rows(), device=case.device)
+    groups = torch.tensor(case.batch.group_rows, device=case.device)
     bad = []
     for what, g, w in (("latent", gl[groups], wl[groups]), ("kv_cache", gp.kv_cache[1:], wp.kv_cache[1:]),
                        ("index_k", gp.index_k[1:], wp.index_k[1:])):
@@ -178,13 +165,13 @@ def registers(compiled) -> tuple:
 
 
 def measure_variant(case: Case, spec: str, want, reps: int) -> dict:
-    blocks = parse_variant(spec)
+    variant = parse_variant(spec)
     got = case.fresh()
-    compiled = case.fused(blocks, case.buffers[0], *got)
+    compiled = case.fused(variant, case.buffers[0], *got)
     torch.cuda.synchronize()
     problems = check(case, got, want, spec)
     pools, latent = case.fresh()
-    graphs = [capture(lambda p=p: case.fused(blocks, p, pools, latent)) for p in case.buffers]
+    graphs = [cuda_graph(lambda p=p: case.fused(variant, p, pools, latent)) for p in case.buffers]
     for name, t in pools.tensors().items():  # the capture's warm-up ran once: start again
         t.copy_(case.pools.tensors()[name])
     latent.fill_(POISON)
@@ -196,7 +183,7 @@ def measure_variant(case: Case, spec: str, want, reps: int) -> dict:
             problems.append(f"{spec}: graph replay differs from eager in {name}")
     us = time_replays(graphs, reps) if not problems else [float("nan")]
     if compiled is None:  # default: the same blocks, launched directly, to read the binary's registers
-        compiled = case.fused(fused.kernel_blocks(case.cfg.D, case.rows), case.buffers[0], *case.fresh())
+        compiled = case.fused(Variant.default(case.cfg.D, case.rows), case.buffers[0], *case.fresh())
     regs, spills = registers(compiled)
     del graphs
     return {"variant": spec, "rows": case.rows, "median_us": statistics.median(us), "p10_us": _pct(us, 10),
@@ -251,7 +238,7 @@ def main(argv=None) -> int:
         torch_us = float("nan")
         if args.torch_reps > 0:
             pools, latent = case.fresh()
-            torch_graphs = [capture(lambda p=p: case.torch_path(p, pools, latent)) for p in case.buffers]
+            torch_graphs = [cuda_graph(lambda p=p: case.torch_path(p, pools, latent)) for p in case.buffers]
             torch_us = statistics.median(time_replays(torch_graphs, args.torch_reps))
             del torch_graphs, pools, latent
         for spec in specs:

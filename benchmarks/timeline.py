@@ -41,14 +41,14 @@ from c2graph.compressor.source_layer import SourceLayer  # noqa: E402
 from c2graph.measure import bench_cases  # noqa: E402
 from c2graph.measure.results import newest_results  # noqa: E402
 from fused_timeline import STEPS, program_stamps, summary, timed_kernel  # noqa: E402
-from sweep import parse_variant  # noqa: E402
+from variants import Variant, parse_variant  # noqa: E402
 
 
-def compile_for_sm90(blocks: fused.KernelBlocks, cfg: Config):
+def compile_for_sm90(variant: Variant, cfg: Config):
     """The timed kernel compiled for sm_90 without a GPU, as ``registers.py`` compiles the real one."""
     import registers
 
-    return registers.compile_for_sm90(blocks, cfg, kernel=timed_kernel, extra={"ts_ptr": "*i64"})
+    return registers.compile_for_sm90(variant, cfg, kernel=timed_kernel, extra={"ts_ptr": "*i64"})
 
 
 def timeline(rows: int, spec: str, runs: int = 6):
@@ -127,7 +127,7 @@ def main(argv=None) -> int:
     specs = args.variants.split(",")
     if args.compile_only:
         for spec in specs:
-            compile_for_sm90(parse_variant(spec) or fused.kernel_blocks(Config.dsv41().D, 65536), Config.dsv41())
+            compile_for_sm90(parse_variant(spec) or Variant.default(Config.dsv41().D, 65536), Config.dsv41())
             print(f"compiled {spec} for sm_90")
         return 0
     import torch

@@ -351,7 +351,7 @@ def test_the_fixed_runner_reads_the_offsets_by_address_and_freezes_only_static_s
     found = runner.audit(16)
     assert found.ok and found.flags == [] and found.refused is None
     (node,) = found.nodes()
-    assert node.op == "c2graph.fused_compress.default"
+    assert node.op == "c2graph.compress_fused.default"
     assert dict(node.scalars) == {"eps": layer.cfg.eps, "ring_size": 2, "grid_rows": 16}
     reads = {t.name: t.label for t in node.tensors if not t.written}
     writes = {t.name: t.label for t in node.tensors if t.written}
@@ -383,22 +383,22 @@ def test_python_ints_flag_the_frozen_fill_values_of_the_offsets():
     flagged = {records[f.index].tensors[0].label: f.values for f in found.flags}
     assert flagged["low_ratio_extend_offsets[1, 0]"] == (32, 8)
     assert "low_ratio_extend_offsets[0, 0]" not in flagged, "0 in both captures: not told apart"
-    assert found.flagged("fused_compress") == set(), "the kernel itself reads the tensor by address"
+    assert found.flagged("compress_fused") == set(), "the kernel itself reads the tensor by address"
 
 
 def test_rebound_flags_the_offsets_tensor_read_at_a_new_address_each_batch():
     found = variant_audit("rebound")
     flags = [(f.op, f.arg, f.what) for f in found.flags]
-    assert flags == [("c2graph.fused_compress.default", "extend_offsets", "address"),
-                     ("fused_compress_kernel", "offsets_ptr", "address")]
+    assert flags == [("c2graph.compress_fused.default", "extend_offsets", "address"),
+                     ("compress_fused_kernel", "offsets_ptr", "address")]
     assert "read at a different address at each capture" in found.table()
 
 
 def test_grid_from_batch_flags_the_frozen_grid():
     found = variant_audit("grid_from_batch", capture_rows=9)
     flags = {(f.op, f.arg): f.values for f in found.flags}
-    assert flags[("c2graph.fused_compress.default", "grid_rows")] == (9, 24)
-    assert flags[("fused_compress_kernel", "grid")] == ((1,), (2,)), "the launch's own grid"
+    assert flags[("c2graph.compress_fused.default", "grid_rows")] == (9, 24)
+    assert flags[("compress_fused_kernel", "grid")] == ((1,), (2,)), "the launch's own grid"
 
 
 def test_a_model_of_fused_and_torch_layers_is_clean():
@@ -407,7 +407,7 @@ def test_a_model_of_fused_and_torch_layers_is_clean():
     runner = c2.PrefillGraphRunner(layers, pools, buckets=[16], request_slots=4)
     found = runner.audit(16)
     assert found.ok, found.table(limit=0)
-    fused = [r for r in found.nodes() if r.op == "c2graph.fused_compress.default"]
+    fused = [r for r in found.nodes() if r.op == "c2graph.compress_fused.default"]
     assert [t.label for r in fused for t in r.tensors if t.name == "projected"] == [
         "projected[layer 0]", "projected[layer 2]"]
     if runner.graphs[16].backend == "emulate":  # on CUDA, nodes are kernels: not one per op

@@ -76,9 +76,11 @@ def test_super_blocks_count_their_arrivals_and_run_again(bounds, case, blocks):
     """Each super-block's last block to arrive computes its index keys, a short last super-block
     included (here 2 or 4 blocks in a super-block of 8), launch after launch: the counter of a
     super-block of ``n`` blocks grows by ``n`` a launch, and the second launch's caches are right."""
-    bounds_module, sweep = bounds
+    bounds_module, _ = bounds
     pairs = case.rows // 2
-    groups = (sweep.parse_variant(blocks) or bounds_module.fused.kernel_blocks(case.cfg.D, case.rows)).groups_per_block
+    from variants import Variant, parse_variant
+
+    groups = (parse_variant(blocks) or Variant.default(case.cfg.D, case.rows)).blocks.groups_per_block
     out = bounds_module.Outputs(case)
     for _ in range(2):
         projected = torch.randn(case.rows, 2 * case.cfg.D, device=case.device)

@@ -131,14 +131,14 @@ def test_static_buffers_of_the_fused_path():
     [
         ("aten.mul.Tensor", "mul"),
         ("aten._to_copy.default", "_to_copy"),
-        ("c2graph.fused_compress.default", "c2graph::fused_compress"),
+        ("c2graph.compress_fused.default", "c2graph::compress_fused"),
         ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<int>, "
          "std::array<char*, 1ul> >(int, at::native::FillFunctor<int>, std::array<char*, 1ul>)",
          "vectorized_elementwise_kernel"),
         ("void at::native::(anonymous namespace)::CatArrayBatchedCopy_contig<at::native::(anonymous "
          "namespace)::OpaqueType<1u>, unsigned int, 1, 128, 1>(at::native::(anonymous namespace)::"
          "OpaqueType<1u>*, unsigned int)", "CatArrayBatchedCopy_contig"),
-        ("_fused_compress_kernel", "_fused_compress_kernel"),
+        ("_compress_fused_kernel", "_compress_fused_kernel"),
         ("Memcpy DtoD (Device -> Device)", "Memcpy DtoD"),
     ],
 )
@@ -149,7 +149,7 @@ def test_node_label(node, label):
 def test_draw_graph_nodes_counts_and_colours():
     graphs = {
         "torch": ["aten.mul.Tensor"] * 3 + ["aten.add.Tensor"] * 2 + ["aten.cat.default"],
-        "fused": ["c2graph.fused_compress.default"],
+        "fused": ["c2graph.compress_fused.default"],
     }
     fig = draw_graph_nodes(graphs, top=2)
     assert len(fig.axes) == 2
@@ -163,7 +163,7 @@ def test_draw_graph_nodes_counts_and_colours():
     # every strip is on the same scale: the one-node graph is one node tall
     assert fused_cells[0].get_height() == pytest.approx(torch_cells[0].get_height())
     counts = [t.get_text() for t in by_gid(fig, "count")]
-    assert counts == ["   3 x mul", "   2 x add", "   1 x cat", "   1 x c2graph::fused_compress"]
+    assert counts == ["   3 x mul", "   2 x add", "   1 x cat", "   1 x c2graph::compress_fused"]
     assert [ax.get_title(loc="left") for ax in fig.axes] == ["torch: 6 nodes", "fused: 1 node"]
     close(fig)
     with pytest.raises(ValueError, match="graphs is empty"):

@@ -25,10 +25,12 @@ import c2graph as c2
 import c2graph.compressor.fused_kernel
 from c2graph.measure.compare import compare, compare_pools
 from c2graph.compressor.fused import (
-    SMALL_BUCKET_GROUPS_PER_BLOCK, SMALL_BUCKET_ROWS, KernelBlocks, check_launch, compress_fused, fused_compress_, grid_blocks, kernel_blocks,
+    SMALL_BUCKET_GROUPS_PER_BLOCK, SMALL_BUCKET_ROWS, KernelBlocks, check_launch, compress_fused, compress_fused_op, grid_blocks, kernel_blocks,
     launch_fused,
 )
-from c2graph.compressor.fused_kernel import STAGES, source
+from c2graph.compressor.fused_kernel import source
+from kernel_stages import stages
+from variants import Variant, launch_variant
 from c2graph.compressor.programs import program_plan
 from c2graph.measure.traffic import minimum_bytes
 from c2graph.measure.opcount import count_cuda_kernels, count_ops
@@ -70,14 +72,18 @@ def run_previous_chunk(layer, alloc, pools, requests, chunk_len: int, seed: int,
 
 
 def run_fused(layer, projected, batch, pools, latent, blocks=None):
-    """The fused path with the library's blocks, or with ``blocks`` (the same checks, one launch)."""
+    """The fused path with the library's blocks, with other ``KernelBlocks``, or as a benchmark's
+    :class:`Variant` (a persistent grid): the same checks, one launch."""
     if blocks is None:
         return compress_fused(layer, projected, batch, pools, latent_out=latent)
     cfg = layer.cfg
     args = (projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
             layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent)
     check_launch(*args, cfg.eps, cfg.ring_size, batch.num_rows)
-    launch_fused(*args, cfg.eps, cfg.ring_size, batch.num_rows, blocks=blocks)
+    if isinstance(blocks, Variant):
+        launch_variant(*args, cfg.eps, cfg.ring_size, batch.num_rows, variant=blocks)
+    else:
+        launch_fused(*args, cfg.eps, cfg.ring_size, batch.num_rows, blocks=blocks)
     return latent
 
 
@@ -96,7 +102,7 @@ def check_against_torch(cfg, requests, *, extra_slots=0, padding=0, chunk_len=3,
                              latent_out=poisoned_latents(batch, cfg, device))
     got = run_fused(layer, projected, batch, got_pools, poisoned_latents(batch, cfg, device), blocks)
 
-    groups = batch.group_rows()
+    groups = batch.group_rows
     if groups:
         assert compare(got, want, "latent", rtol=TOL, atol=TOL, rows=torch.tensor(groups))
     for c in compare_pools(got_pools, want_pools, rtol=TOL, atol=TOL):
@@ -108,7 +114,7 @@ def check_against_torch(cfg, requests, *, extra_slots=0, padding=0, chunk_len=3,
     assert not bool((got[groups].float() == POISON).any(dim=1).any())
 
     # Caches: exactly the batch's c2 slots are written; every other slot, c2 slot 0 included, is poison.
-    stored = set(batch.stored_slots())
+    stored = set(batch.stored_slots)
     assert untouched_slots_keep_poison(got_pools, stored, skip_slot0=False) == []
     assert written_slots_hold_no_poison(got_pools, stored) == []
 
@@ -157,7 +163,7 @@ def test_a_block_whose_groups_lie_in_several_requests(device):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("blocks", [
     KernelBlocks(groups_per_block=16, chunk=8, block_k=16, num_warps=4),
-    KernelBlocks(groups_per_block=32, chunk=16, block_k=32, num_warps=4, programs_per_sm=2),  # persistent
+    Variant(KernelBlocks(groups_per_block=32, chunk=16, block_k=32, num_warps=4), programs_per_sm=2),  # persistent
     KernelBlocks(groups_per_block=64, chunk=32, block_k=32, num_warps=8, num_stages=2),
     KernelBlocks(groups_per_block=16, chunk=16, block_k=16, num_warps=4, gate_halves=True),
 ], ids=["g16", "g32-persistent", "g64", "g16-halves"])
@@ -298,13 +304,13 @@ def test_one_op_per_launch_and_reruns(device):
     latent = poisoned_latents(batch, layer.cfg, device)
     with count_ops() as ops:
         compress_fused(layer, projected, batch, pools, latent_out=latent, validate=False)
-    assert dict(ops.counts) == {"c2graph.fused_compress.default": 1}
+    assert dict(ops.counts) == {"c2graph.compress_fused.default": 1}
 
     first, first_latent = pools.clone(), latent.clone()
     pools.poison(POISON)
     latent.fill_(POISON)
     cfg = layer.cfg
-    torch.ops.c2graph.fused_compress.default(
+    torch.ops.c2graph.compress_fused.default(
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
         cfg.eps, cfg.ring_size, batch.num_rows,
@@ -331,13 +337,13 @@ def test_grid_rows_sets_the_groups_computed(device):
     latent = poisoned_latents(batch, cfg, device)
     grid_rows = 10
     assert grid_blocks(grid_rows, batch.request_slots, SMALL_BUCKET_GROUPS_PER_BLOCK) == 1  # one block: the batch's first 8 groups
-    fused_compress_(
+    compress_fused_op(
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
         cfg.eps, cfg.ring_size, grid_rows,
     )
     written = ~(latent.float() == POISON).all(dim=1).cpu()
-    assert written.nonzero().flatten().tolist() == batch.group_rows()[:SMALL_BUCKET_GROUPS_PER_BLOCK]
+    assert written.nonzero().flatten().tolist() == batch.group_rows[:SMALL_BUCKET_GROUPS_PER_BLOCK]
 
 
 def test_grid_blocks_hold_every_group_and_one_past():
@@ -355,8 +361,8 @@ def test_program_plan_matches_the_batch():
     batch = c2.ExtendBatch.build(requests, alloc, request_slots=5, pad_to=40, device="cpu")
     plan = program_plan(batch, ring_size=2, D=layer.cfg.D)
     assert len(plan) == grid_blocks(40, 5, SMALL_BUCKET_GROUPS_PER_BLOCK) == 3
-    assert sum((p["groups"] for p in plan), []) == batch.group_rows()
-    assert sum((p["from_ring"] for p in plan), []) == batch.ring_partner_rows()
+    assert sum((p["groups"] for p in plan), []) == batch.group_rows
+    assert sum((p["from_ring"] for p in plan), []) == batch.ring_partner_rows
     parks = {k: v for p in plan for k, v in p["parks"].items()}
     assert parks == batch.parked_ring_rows(2)
     # Pairs of rows: request 0 (rows 0..5, pos 3..8) three, its groups at rows 0, 2, 4; request 1
@@ -376,7 +382,7 @@ def test_program_plan_matches_the_batch():
     assert plan[2]["parks"] == {} and plan[2]["groups"] == [31]
     assert [p["parked_slots"] for p in plan] == [[0, 1], [2], []]
     wide = program_plan(batch, ring_size=2, groups_per_block=16)  # blocks of 16 groups
-    assert [r for p in wide for r in p["lanes"] if r is not None] == batch.group_rows() and len(wide) == 2
+    assert [r for p in wide for r in p["lanes"] if r is not None] == batch.group_rows and len(wide) == 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -389,7 +395,7 @@ def test_program_plan_is_what_the_kernel_does(device):
     cfg = layer.cfg
     for k in range(len(plan) + 1):
         got, latent = pools.clone(), poisoned_latents(batch, cfg, device)
-        fused_compress_(projected, got.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
+        compress_fused_op(projected, got.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
                         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, got.kv_cache, got.index_k,
                         latent, cfg.eps, cfg.ring_size, rows_for_blocks(k, batch.request_slots))
         written = (latent.float() != POISON).any(dim=1).nonzero().flatten().tolist()
@@ -399,16 +405,27 @@ def test_program_plan_is_what_the_kernel_does(device):
 
 
 def test_every_stage_shows_its_source():
-    """Notebook 02 prints each stage beside the torch step it replaces: every source must be there."""
-    names = [stage.name for stage in STAGES]
+    """Each stage's source is readable (notebook 02 prints the kernel's), with the torch step it replaces."""
+    table = stages()
+    names = [stage.name for stage in table]
     assert len(set(names)) == len(names)
-    assert STAGES[-1].kernel is c2.compressor.fused_kernel.fused_compress_kernel
-    for stage in STAGES:
+    assert table[-1].kernel is c2.compressor.fused_kernel.compress_fused_kernel
+    for stage in table:
         text = source(stage.kernel)
-        assert text.startswith("@triton.jit") and f"def {stage.kernel.fn.__name__}(" in text, stage.name
+        assert text.startswith("@triton.jit") and f"def {stage.function_name}(" in text, stage.name
         for fn in stage.torch:
             assert fn.__module__ == "c2graph.compressor.torch_path"
             assert f"def {fn.__name__}(" in source(fn)
+
+
+def test_the_stage_table_holds_every_stage_the_kernel_calls():
+    """The table misses no stage: every ``@triton.jit`` function the kernel's body calls is in it."""
+    import ast
+
+    called = {n.func.id for n in ast.walk(ast.parse(source(c2.compressor.fused_kernel.compress_fused_kernel)))
+              if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    jitted = {name for name in called if name in vars(c2.compressor.fused_rows) or name in vars(c2.compressor.fused_math)}
+    assert jitted and jitted <= {stage.function_name for stage in stages()}
 
 
 def test_minimum_bytes():
@@ -441,11 +458,11 @@ def test_launch_counts_on_the_dispatcher():
     with count_ops() as torch_path:
         c2.compress_torch(layer, *c2.split_projected(projected), batch, torch_pools, latent_out=torch_latent)
     print(f"\nlaunches: fused {fused.total}, torch path {torch_path.total}")
-    assert dict(fused.counts) == {"c2graph.fused_compress.default": 1}
+    assert dict(fused.counts) == {"c2graph.compress_fused.default": 1}
     # validate=True reads the batch on the host (ExtendBatch.check): on a GPU that is a copy to the
     # host of each of its four row tensors and of the offsets, no kernel
     host_reads = {"aten._to_copy.default": 5} if pools.device.type == "cuda" else {}
-    assert dict(checked.counts) == {"c2graph.fused_compress.default": 1, **host_reads}
+    assert dict(checked.counts) == {"c2graph.compress_fused.default": 1, **host_reads}
     assert torch_path.total > 30
 
 
@@ -471,7 +488,6 @@ def test_cuda_kernel_counts():
     ("block_k", 0, "KernelBlocks.block_k = 0; expected an int >= 1"),
     ("num_warps", 3, "KernelBlocks.num_warps = 3; expected a power of two"),
     ("gate_stages", 0, "KernelBlocks.gate_stages = 0; expected an int >= 1"),
-    ("programs_per_sm", 0, "KernelBlocks.programs_per_sm = 0; expected an int >= 1, or None"),
     ("gate_halves", 2, "KernelBlocks.gate_halves = 2; expected True or False"),
 ])
 def test_kernel_blocks_refuse_sizes_the_kernel_cannot_take_in_the_packages_words(field, value, words):

@@ -16,7 +16,7 @@ import torch
 from support import POISON, make_case
 
 import c2graph as c2
-from c2graph.compressor.fused import fused_compress_
+from c2graph.compressor.fused import compress_fused_op
 
 TOL = 2**-6
 DEVICES = [pytest.param("cuda", marks=pytest.mark.gpu)] if c2.HAS_CUDA else ["cpu"]
@@ -27,7 +27,7 @@ REQUESTS = [(0, 3, 7), (1, 0, 6), (2, 4, 5)]
 def launch(layer, projected, batch, pools, latent):
     """The op itself, as a graph replays it: no host-side check of any value."""
     cfg = layer.cfg
-    fused_compress_(projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
+    compress_fused_op(projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
                     layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent,
                     cfg.eps, cfg.ring_size, batch.num_rows)
 
@@ -69,7 +69,7 @@ def test_slots_past_the_caches_store_nothing(device):
     """Group rows whose ``raw_out_loc`` points past the caches (or below them) store nothing; the
     other groups store what the torch path stores, and the ring is parked as usual."""
     layer, batch, pools, projected, (want, want_pools) = setting(device, seed=1)
-    groups = batch.group_rows()
+    groups = batch.group_rows
     bad_rows = [groups[1], groups[4], groups[-1]]
     raw = batch.raw_out_loc.clone()
     raw[bad_rows[0]] = 2 * pools.kv_slots + 1  # the first slot past the caches
@@ -102,8 +102,8 @@ def test_requests_past_the_ring_read_and_park_nothing_there(device):
     bad = dataclasses.replace(batch, req=req)
     latent, got = run_tampered(layer, bad, pools, projected)
 
-    groups = batch.group_rows()
-    assert groups[0] == 0 and 0 in batch.ring_partner_rows()
+    groups = batch.group_rows
+    assert groups[0] == 0 and 0 in batch.ring_partner_rows
     assert poison(latent[0]) and poison(got.kv_cache[batch.c2_slot[0]])
     assert close(latent[groups[1:]], want[groups[1:]])
     slots = batch.c2_slot[groups[1:]]
@@ -125,7 +125,7 @@ def test_offsets_past_the_buffer_read_and_write_inside_it(device):
     bad = dataclasses.replace(batch, extend_offsets=offsets)
     latent, got = run_tampered(layer, bad, pools, projected)
 
-    groups = batch.group_rows()
+    groups = batch.group_rows
     assert close(latent[groups], want[groups])
     slots = batch.c2_slot[groups]
     for name in ("kv_cache", "index_k"):

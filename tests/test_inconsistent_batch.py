@@ -21,7 +21,7 @@ from support import POISON, ragged_requests
 from test_bad_input import assert_refused, make_case
 
 from c2graph.compressor.arguments import FLOAT32_TINY
-from c2graph.compressor.fused import fused_compress_
+from c2graph.compressor.fused import compress_fused_op
 
 CFG = c2.Config.tiny()
 DEV = c2.DEFAULT_DEVICE
@@ -67,14 +67,14 @@ def test_offsets_that_contradict_the_rows_are_refused(fused):
 def test_c2_slot_and_raw_out_loc_that_disagree_are_refused(fused):
     """The torch path stores at ``c2_slot``, the fused kernel at ``raw_out_loc // 2``: one answer."""
     layer, alloc, pools, batch = case(fused)
-    row = batch.group_rows()[1]
+    row = batch.group_rows[1]
     c2_slot = batch.c2_slot.clone()
     c2_slot[row] += 1  # inside the pools: only the other tensor says it is wrong
     want = batch.raw_out_loc[row].item() // 2
     assert_refused(lambda: run_path(fused, layer, dataclasses.replace(batch, c2_slot=c2_slot), pools),
                    rf"batch.c2_slot\[{row}\] = {want + 1}, but raw_out_loc\[{row}\] = \d+ at pos \d+; expected {want}",
                    pools, alloc)
-    even = next(r for r in range(batch.num_rows) if r not in batch.group_rows())
+    even = next(r for r in range(batch.num_rows) if r not in batch.group_rows)
     c2_slot = batch.c2_slot.clone()
     c2_slot[even] = 3  # an even row storing: the torch path would write slot 3
     assert_refused(lambda: run_path(fused, layer, dataclasses.replace(batch, c2_slot=c2_slot), pools),
@@ -84,7 +84,7 @@ def test_c2_slot_and_raw_out_loc_that_disagree_are_refused(fused):
 @pytest.mark.parametrize("fused", PATHS)
 def test_two_groups_on_one_c2_slot_are_refused(fused):
     layer, alloc, pools, batch = case(fused)
-    a, b = batch.group_rows()[:2]
+    a, b = batch.group_rows[:2]
     raw, c2_slot = batch.raw_out_loc.clone(), batch.c2_slot.clone()
     raw[b], c2_slot[b] = raw[a], c2_slot[a]
     assert_refused(lambda: run_path(fused, layer, dataclasses.replace(batch, raw_out_loc=raw, c2_slot=c2_slot),
@@ -155,7 +155,7 @@ def test_unchecked_no_write_lands_outside_the_caches_and_the_ring(fused, edit):
     place: whatever it holds, both paths write only inside the caches and the ring, and a negative
     slot never reaches the last one through Python's negative indexing."""
     layer, alloc, pools, batch = case(fused)
-    stored = set(batch.stored_slots())
+    stored = set(batch.stored_slots)
     guards = guarded(pools)
     before = {name: big.clone() for name, big in guards.items()}
     IN_PLACE[edit][0](batch, pools)
@@ -216,7 +216,7 @@ def test_the_raw_op_refuses_an_eps_that_gives_nan(eps):
     projected = c2.project_padded(layer, layer.random_hidden(batch.live_rows, 1), batch)
     latent = torch.full((batch.num_rows, CFG.D), POISON, dtype=torch.bfloat16, device=DEV)
     args = _raw_args(layer, pools, batch, projected, latent)
-    assert_refused(lambda: fused_compress_(*args, eps, CFG.ring_size, batch.num_rows), rf"eps = {eps!r}; expected",
+    assert_refused(lambda: compress_fused_op(*args, eps, CFG.ring_size, batch.num_rows), rf"eps = {eps!r}; expected",
                    pools, alloc)
     assert (latent.float() == POISON).all()
 
@@ -236,7 +236,7 @@ def test_the_raw_op_never_reads_before_the_buffer():
             offsets = torch.tensor([[start], [T + 1]], dtype=torch.int32, device=DEV)
             pos, req = torch.arange(1, T + 1, device=DEV), torch.zeros(T, dtype=torch.int64, device=DEV)
             raw = torch.arange(10, 10 + T, device=DEV)
-            fused_compress_(big[1:], pools.ring, pos, req, raw, offsets, layer.norm_w, layer.wk, layer.k_norm_w,
+            compress_fused_op(big[1:], pools.ring, pos, req, raw, offsets, layer.norm_w, layer.wk, layer.k_norm_w,
                             layer.inv_freq, pools.kv_cache, pools.index_k, latent, CFG.eps, 2, T)
         results.append([t.clone() for t in (*pools.tensors().values(), latent)])
     assert all(torch.equal(a, b) for a, b in zip(*results))
@@ -254,8 +254,8 @@ def test_the_smallest_eps_and_rope_base_allowed_give_no_nan(fused):
     projected = c2.project_padded(layer, layer.random_hidden(batch.live_rows, 2), batch, fused=True)
     projected[2:4] = 0  # a group of zeros: its RMSNorm divides by sqrt(eps) alone
     latent = run_path(fused, layer, batch, pools, projected=projected)
-    slots = batch.stored_slots()
-    assert not latent[batch.group_rows()].isnan().any()
+    slots = batch.stored_slots
+    assert not latent[batch.group_rows].isnan().any()
     assert not pools.kv_cache[slots].isnan().any() and not pools.index_k[slots].isnan().any()
 
 
@@ -335,7 +335,7 @@ def test_the_plan_is_what_both_paths_write(fused, which):
     if BATCHES[which] is None:
         static = c2.StaticBatch(8, 2, device=DEV)
         batch = static.batch
-        assert batch.group_rows() == [] and batch.stored_slots() == [] and batch.parked_ring_rows(2) == {}
+        assert batch.group_rows == [] and batch.stored_slots == [] and batch.parked_ring_rows(2) == {}
         assert all(r.is_padding and r.request_slot == 0 for r in batch.plan(2).rows)
     else:
         batch = c2.ExtendBatch.build(BATCHES[which], alloc, request_slots=5, pad_to=12, device=DEV)
@@ -361,7 +361,7 @@ def test_the_static_batch_carries_the_loaded_batchs_requests_and_extents():
     assert batch.extents["c2_slot"][1] >= 8
     static.load(batch)
     assert static.batch.requests == batch.requests and static.batch.extents == batch.extents
-    assert static.batch.group_rows() == batch.group_rows() and static.batch.stored_slots() == batch.stored_slots()
+    assert static.batch.group_rows == batch.group_rows and static.batch.stored_slots == batch.stored_slots
     small = c2.Pools(CFG, 6, 8, device=DEV).poison()
     projected = torch.zeros(16, 2 * CFG.D, device=DEV)
     for validate in (True, False):

@@ -53,7 +53,7 @@ def assert_same(layers, pools, refs, step=None, want=None, batch=None):
         for result in compare_pools(p, r, skip_slot0=not layer.use_fused_gate):
             assert result, f"layer {i} ({c2.layer_path(layer)}): {result}"
     if step is not None:
-        groups = batch.group_rows()
+        groups = batch.group_rows
         for i, (got, w) in enumerate(zip(step.latents, want)):
             assert compare(got[groups], w[groups], f"layer {i} latent"), i
 
@@ -76,7 +76,7 @@ def test_graph_replays_equal_eager_for_1_5_1_0_requests(kind):
         assert step.mode == "graph", (i, step.mode)
         batch, want = eager(layers, refs, reqs, alloc, xs, pad_to=pad_to)
         assert_same(layers, pools, refs, step, want, batch)
-        written |= set(batch.stored_slots())
+        written |= set(batch.stored_slots)
         for layer, p in zip(layers, pools):  # slots past the batch and padding rows wrote nothing
             assert untouched_slots_keep_poison(p, written, skip_slot0=not layer.use_fused_gate) == []
 
@@ -143,7 +143,7 @@ def test_node_counts_per_layer():
     torch_alone = c2.PrefillGraphRunner(*model_case("torch")[::2], buckets=[16], request_slots=4).nodes(16)
     assert runner.paths == ("fused", "torch", "fused", "torch")
     assert counts == [1, len(torch_alone), 1, len(torch_alone)] and len(torch_alone) > 100
-    assert all("fused_compress" in nodes[0] for nodes, p in zip(per_layer, runner.paths) if p == "fused")
+    assert all("compress_fused" in nodes[0] for nodes, p in zip(per_layer, runner.paths) if p == "fused")
     assert sum(counts) == len(runner.nodes(16))
 
 

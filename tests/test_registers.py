@@ -49,31 +49,38 @@ def test_timeline_kernel_runs_the_fused_kernels_stages_in_its_order():
     import fused_timeline
     from c2graph.compressor import fused_kernel
 
-    names = {getattr(stage.kernel, "fn", stage.kernel).__name__ for stage in fused_kernel.STAGES}
-    names.discard("fused_compress_kernel")
+    from kernel_stages import stages
+
+    names = {stage.function_name for stage in stages()}
+    names.discard("compress_fused_kernel")
 
     def calls(source: str) -> list[str]:  # the stages it calls, in the order they are written
         found = [n for n in ast.walk(ast.parse(source))
                  if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in names]
         return [n.func.id for n in sorted(found, key=lambda n: (n.lineno, n.col_offset))]
 
-    kernel = calls(fused_kernel.source(fused_kernel.fused_compress_kernel))
+    kernel = calls(fused_kernel.source(fused_kernel.compress_fused_kernel))
     assert kernel, "found no stage calls in the fused kernel"
     assert calls(fused_kernel.source(fused_timeline.timed_kernel)) == kernel
 
 
-def test_blocks_are_named_as_the_sweep_spells_its_variants():
-    """``KernelBlocks.name`` (pictures, NOTES) reads back through the sweep's parser as the same blocks."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from sweep import parse_variant
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+def test_variants_are_named_as_the_sweep_spells_them():
+    """``KernelBlocks.name`` (pictures, NOTES) and a benchmark ``Variant``'s name read back through
+    the sweep's parser as the same blocks and options; a misspelt variant is refused by its part."""
     from c2graph.compressor.fused import KernelBlocks, kernel_blocks
+    from variants import Variant, parse_variant
 
-    for blocks in (kernel_blocks(32, 16), kernel_blocks(512, 2048), kernel_blocks(512, 65536),
-                   KernelBlocks(groups_per_block=32, chunk=16, block_k=32, num_warps=8, programs_per_sm=2, max_registers=96)):
-        assert parse_variant(blocks.name) == blocks
+    for blocks in (kernel_blocks(32, 16), kernel_blocks(512, 2048), kernel_blocks(512, 65536)):
+        assert parse_variant(blocks.name) == Variant(blocks)
+    persistent = Variant(KernelBlocks(groups_per_block=32, chunk=16, block_k=32, num_warps=8), programs_per_sm=2,
+                         max_registers=96)
+    assert persistent.name == "g32.c16.k32.w8.st1.p2.r96.a1"
+    assert parse_variant(persistent.name) == persistent
+    assert parse_variant("default") is None
+    with pytest.raises(ValueError, match=r"'x3' is not one of"):
+        parse_variant("g16.c64.k64.w4.x3")
+    with pytest.raises(ValueError, match=r"Variant.programs_per_sm = 0; expected an int >= 1, or None"):
+        Variant(kernel_blocks(32, 16), programs_per_sm=0)
 
 
 def test_profile_tool_launches_on_a_gpu_and_says_so_on_a_cpu():

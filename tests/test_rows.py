@@ -56,9 +56,9 @@ def test_table_has_one_line_per_row(fixed):
 
 def test_the_batch_shortcuts_ask_the_plan(fixed):
     batch = fixed.batch
-    assert batch.group_rows() == fixed.group_rows
-    assert batch.stored_slots() == fixed.stored_slots
-    assert batch.ring_partner_rows() == sorted(fixed.ring_reads)
+    assert batch.group_rows == fixed.group_rows
+    assert batch.stored_slots == fixed.stored_slots
+    assert batch.ring_partner_rows == sorted(fixed.ring_reads)
     assert batch.parked_ring_rows(3) == batch.plan(3).parked == {0: 0, 1: 1, 2: 2, 5: 3, 3: 4, 4: 5}
 
 
@@ -157,7 +157,7 @@ def test_program_plan_takes_the_kernels_blocks_for_the_layers_width():
     assert kernel_blocks(wide.D, 4224).groups_per_block == 16 != kernel_blocks(CFG.D, 4224).groups_per_block
     plan = c2.program_plan(batch, wide.ring_size, D=wide.D)
     assert len(plan) == grid_blocks(4224, 2, 16) and len(plan[0]["lanes"]) == 16
-    assert [r for p in plan for r in p["groups"]] == batch.group_rows()
+    assert [r for p in plan for r in p["groups"]] == batch.group_rows
     assert c2.program_plan(batch, wide.ring_size, groups_per_block=16) == plan
     with pytest.raises(ValueError, match="program_plan needs D"):
         c2.program_plan(batch, wide.ring_size)

@@ -106,7 +106,7 @@ def test_graph_and_eager_give_the_same_latents_on_every_row(backend, fused, monk
         batch = c2.ExtendBatch.build(requests, alloc, request_slots=2, pad_to=got.bucket, device=runner.device)
         want = c2.compress(runner.layer, x, batch, ref)
         assert torch.equal(got.latent.view(torch.int16), want.view(torch.int16))
-        assert got.latent.isnan().any() and not got.latent[batch.group_rows()].isnan().any()
+        assert got.latent.isnan().any() and not got.latent[batch.group_rows].isnan().any()
 
 
 @pytest.mark.parametrize("fused", PATHS)
@@ -233,7 +233,7 @@ def test_a_replay_of_any_static_batch_writes_only_inside_the_caches_and_the_ring
     for edit in STATIC_EDITS.values():
         x = runner.layer.random_hidden(9, seed=8)
         batch = c2.ExtendBatch.build([(0, 1, 5), (3, 0, 4)], alloc, request_slots=2, pad_to=16, device=runner.device)
-        assert last not in batch.stored_slots()
+        assert last not in batch.stored_slots
         runner.refresh(batch, x)
         edit(runner.static)
         runner.graphs[16].replay()

@@ -125,7 +125,7 @@ def test_writes_exactly_the_group_slots_and_parked_rows(reqs, pad, data):
     latent = torch.full((batch.num_rows, layer.cfg.D), POISON, dtype=torch.bfloat16, device=pools.device)
     c2.compress_torch(layer, *c2.project(layer, x), batch, pools, latent_out=latent)
 
-    written = set(batch.stored_slots())
+    written = set(batch.stored_slots)
     assert not written_slots_hold_no_poison(pools, written)
     assert not untouched_slots_keep_poison(pools, written, skip_slot0=True)
     parked = batch.parked_ring_rows(layer.cfg.ring_size)
@@ -134,7 +134,7 @@ def test_writes_exactly_the_group_slots_and_parked_rows(reqs, pad, data):
         kept = bool((ring[row] == POISON).all())
         assert kept == (row not in parked), (row, parked)
     assert torch.equal(pools.ring[-1], c2.new_ring(1, 1, layer.cfg.D, pools.device)[-1]), "sentinel not restored"
-    groups = set(batch.group_rows())
+    groups = set(batch.group_rows)
     for row in range(batch.num_rows):
         assert bool((latent[row] == POISON).all()) == (row not in groups), row
 
@@ -170,8 +170,8 @@ def test_a_request_starting_even_never_reads_its_stale_ring_rows():
     pools.ring[2 * 2 : 2 * 2 + 2] = float("nan")  # pool request 2's rows
     batch = c2.ExtendBatch.build([(2, 0, 7)], alloc)
     latent = c2.compress(layer, layer.random_hidden(7, seed=4), batch, pools, path="torch")
-    assert not latent[batch.group_rows()].isnan().any()
-    assert not pools.kv_cache[batch.stored_slots()].isnan().any()
+    assert not latent[batch.group_rows].isnan().any()
+    assert not pools.kv_cache[batch.stored_slots].isnan().any()
 
 
 def test_an_odd_first_row_pairs_with_its_ring_row():
@@ -182,7 +182,7 @@ def test_an_odd_first_row_pairs_with_its_ring_row():
     c2.compress(layer, x, c2.ExtendBatch.build([(0, 0, 8)], alloc), whole, path="torch")
     c2.compress(layer, x[:3], c2.ExtendBatch.build([(0, 0, 3)], alloc), pools, path="torch")
     second = c2.ExtendBatch.build([(0, 3, 5)], alloc)
-    assert second.ring_partner_rows() == [0]
+    assert second.ring_partner_rows == [0]
     c2.compress(layer, x[3:], second, pools, path="torch")
     for result in compare_pools(pools, whole):
         assert result, result

@@ -368,7 +368,7 @@ def test_my_compress_equals_the_torch_path_bitwise(batches, pad, seed):
     written = (pools.kv_cache.float() != POISON).any(dim=1)
     written[0] = False
     assert written.nonzero().flatten().tolist() == sorted(
-        {s for r in batches for s in c2.ExtendBatch.build(r, alloc).stored_slots()})
+        {s for r in batches for s in c2.ExtendBatch.build(r, alloc).stored_slots})
 
 
 # --- notebook 00's set-up check -----------------------------------------------------------------

@@ -15,7 +15,7 @@ from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  
 from .compressor.batch import ExtendBatch, Request
 from .compressor.config import Config
 from .compressor.extend_offsets import build_extend_offsets, check_extend_offsets
-from .compressor.fused import compress_fused, fused_compress_
+from .compressor.fused import compress_fused, compress_fused_op
 from .compressor.programs import program_plan
 from .compressor.rows import BatchPlan, Partner, RowPlan, plan_rows
 from .measure.traffic import minimum_bytes
@@ -78,7 +78,7 @@ __all__ = [
     "environment",
     "explain_batch",
     "explorer_widget",
-    "fused_compress_",
+    "compress_fused_op",
     "layer_path",
     "minimum_bytes",
     "program_plan",

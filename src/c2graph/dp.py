@@ -204,7 +204,7 @@ def _run_rank(rank: int, schedule: list[Requests], setup: Setup, dist, count_dev
         got = runner.run(requests, alloc, xs, pad_to=pad_to)
         batch = ExtendBatch.build(requests, alloc, pad_to=pad_to, device=runner.device)
         want = [compress(layer, x, batch, p) for layer, x, p in zip(layers, xs, eager)]
-        groups = batch.group_rows()
+        groups = batch.group_rows
         failed = [f"layer {i} {c}" for i, layer in enumerate(layers)
                   for c in compare_pools(pools[i], eager[i], skip_slot0=not layer.use_fused_gate) if not c]
         failed += [f"layer {i} {c}" for i, (g, w) in enumerate(zip(got.latents, want))

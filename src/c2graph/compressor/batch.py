@@ -251,16 +251,19 @@ class ExtendBatch:
         c2 slots, which rows read the ring)."""
         return self.plan(MIN_RING_SIZE)
 
-    # Shortcuts to the plan, for checks and notebooks.
+    # Shortcuts to the plan (the same names as :class:`BatchPlan`'s), for checks and notebooks.
 
+    @property
     def group_rows(self) -> list[int]:
         """Rows that complete a group (odd ``pos``): exactly the rows that store a latent."""
         return self._ring_free_plan().group_rows
 
+    @property
     def ring_partner_rows(self) -> list[int]:
         """Rows whose partner comes from the ring: the first row of a request that starts odd."""
         return sorted(self._ring_free_plan().ring_reads)
 
+    @property
     def stored_slots(self) -> list[int]:
         """c2 slots this batch writes (in ``kv_cache`` and ``index_k``), one per group row."""
         return self._ring_free_plan().stored_slots

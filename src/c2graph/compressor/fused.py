@@ -17,15 +17,14 @@ Entry points:
 
 - :func:`compress_fused` takes a layer, the projected buffer, an :class:`ExtendBatch` and the
   :class:`Pools`, and launches once;
-- :func:`fused_compress_` is the launch on plain tensors, registered as the torch custom op
-  ``c2graph::fused_compress`` so that dispatch-level tools (the op counter, the CPU emulation of
+- :func:`compress_fused_op` is the launch on plain tensors, registered as the torch custom op
+  ``c2graph::compress_fused`` so that dispatch-level tools (the op counter, the CPU emulation of
   CUDA graphs) see the launch as one op and can run it again. It checks every tensor it is given
   (shapes, dtypes, devices, layouts: no values, so it runs inside a capture) before it launches.
 """
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +36,7 @@ from .batch import MAX_ROWS, ROW_TENSORS, ExtendBatch
 from .checks import check_layer_batch_pools, check_outputs
 from .config import MAX_RING_SIZE
 from .extend_offsets import check_extend_offsets
-from .fused_kernel import fused_compress_kernel
+from .fused_kernel import compress_fused_kernel
 from .pools import Pools
 from .source_layer import SourceLayer
 
@@ -52,10 +51,6 @@ class KernelBlocks:
     - ``block_k``: latent columns per step of the normalising sweep and the index-key product
       (pass B; at most ``D``)
     - ``num_warps``, ``num_stages``: Triton's launch options
-    - ``programs_per_sm``: ``None`` gives every block its own program; a number launches at most
-      that many programs per SM, each looping over blocks (a persistent grid)
-    - ``max_registers``: a cap on registers per thread (``None``: the compiler's choice), so that
-      several programs fit on one SM at once
     - ``gate_stages``: pass A's software pipeline (``tl.range(..., num_stages=gate_stages)``): its
       loads run ``gate_stages - 1`` chunks ahead of its math (1: none). Changes no arithmetic,
       only when the loads are issued
@@ -68,14 +63,12 @@ class KernelBlocks:
     block_k: int
     num_warps: int
     num_stages: int = 1
-    programs_per_sm: int | None = None
-    max_registers: int | None = None
     gate_stages: int = 1
     gate_halves: bool = False
 
     def __post_init__(self) -> None:
         """``ValueError`` naming the field, before Triton sees it: tile sizes and warps are powers of
-        two (``tl.arange`` and the tiles need them), the rest positive ints (or ``None``)."""
+        two (``tl.arange`` and the tiles need them), the stages positive ints."""
         for name in ("groups_per_block", "chunk", "block_k", "num_warps"):
             value = as_int(f"KernelBlocks.{name}", getattr(self, name), least=1)
             if value & (value - 1):
@@ -83,9 +76,6 @@ class KernelBlocks:
                                  "and Triton's warps come in powers of two)")
         for name in ("num_stages", "gate_stages"):
             as_int(f"KernelBlocks.{name}", getattr(self, name), least=1)
-        for name in ("programs_per_sm", "max_registers"):
-            if getattr(self, name) is not None:
-                as_int(f"KernelBlocks.{name}", getattr(self, name), least=1, least_is="1, or None")
         if self.gate_halves not in (True, False):  # 1 and 0 too, as the sweep spells it (".h1")
             raise ValueError(f"KernelBlocks.gate_halves = {self.gate_halves!r}; expected True or False")
 
@@ -95,11 +85,9 @@ class KernelBlocks:
 
     @property
     def name(self) -> str:
-        """The blocks spelled as ``benchmarks/NOTES.md`` spells its variants:
-        ``g<groups_per_block>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>[.p<programs_per_sm>][.r<max_registers>].a<gate_stages>[.h1]``."""
-        extra = "".join(f".{key}{value}" for key, value in (("p", self.programs_per_sm), ("r", self.max_registers))
-                        if value is not None)
-        return (f"g{self.groups_per_block}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}{extra}"
+        """The blocks in one word, as the pictures and ``benchmarks/NOTES.md`` spell them:
+        ``g<groups_per_block>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>.a<gate_stages>[.h1]``."""
+        return (f"g{self.groups_per_block}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}"
                 f".a{self.gate_stages}{'.h1' if self.gate_halves else ''}")
 
 
@@ -174,7 +162,7 @@ def check_kernel_sizes(D: int, index_dim: int, rope_dim: int) -> None:
 
 def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                  kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
-    """Every argument of :func:`fused_compress_`, against the batch (``pos``: ``T`` rows), the
+    """Every argument of :func:`compress_fused_op`, against the batch (``pos``: ``T`` rows), the
     layer (``norm_w``: ``D``; ``wk``: ``index_dim``) and the pools (``kv_cache``: the device).
 
     Reads no tensor values (no host sync), so it can run inside a graph capture. Raises
@@ -224,26 +212,12 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
                      {name: t for name, (t, _, _) in expected.items() if name not in written})
 
 
-@functools.lru_cache(maxsize=None)
-def sm_count(device: torch.device) -> int:
-    """The device's streaming multiprocessors; 1 for the interpreter, which runs one program at a time."""
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-
-
-def grid_size(num_blocks: int, blocks: KernelBlocks, device: torch.device) -> int:
-    """Programs launched for ``num_blocks`` blocks: one a block, or at most ``programs_per_sm`` an SM."""
-    if blocks.programs_per_sm is None:
-        return num_blocks
-    return min(num_blocks, blocks.programs_per_sm * sm_count(device))
-
-
 def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, request_slots: int,
                      blocks: KernelBlocks) -> dict:
     """The kernel's compile-time constants (``tl.constexpr`` arguments) and Triton's launch options
-    (``num_warps``, ``num_stages``, ``maxnreg``) for a layer's sizes and ``blocks``: one dict, as a
-    launch takes them by keyword."""
+    (``num_warps``, ``num_stages``) for a layer's sizes and ``blocks``: one dict, as a launch takes
+    them by keyword."""
     lanes = blocks.lanes
-    options = {} if blocks.max_registers is None else {"maxnreg": blocks.max_registers}
     return dict(
         D=D, I=index_dim, ROPE=rope_dim, RING=ring_size,
         GROUPS_PER_BLOCK=blocks.groups_per_block, LANES=lanes,
@@ -251,32 +225,36 @@ def kernel_constants(D: int, index_dim: int, rope_dim: int, ring_size: int, requ
         BLOCK_K=min(blocks.block_k, D), GATE_STAGES=blocks.gate_stages, GATE_HALVES=blocks.gate_halves,
         S_PAD=triton.next_power_of_2(max(request_slots, 1)),
         RING_PAD=triton.next_power_of_2(ring_size),
-        num_warps=blocks.num_warps, num_stages=blocks.num_stages, **options,
+        num_warps=blocks.num_warps, num_stages=blocks.num_stages,
     )
 
 
-def launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-                 kv_cache, index_k, latent_out, eps, ring_size, grid_rows, blocks: KernelBlocks | None = None):
-    """Launch the kernel once on tensors :func:`check_launch` accepted; ``blocks`` defaults to
-    :func:`kernel_blocks` for ``grid_rows``. Returns Triton's compiled kernel (``n_regs``,
-    ``n_spills``), or ``None`` where there is none (no block to run, or the interpreter)."""
+def kernel_arguments(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
+                     kv_cache, index_k, latent_out, eps, ring_size, grid_rows,
+                     blocks: KernelBlocks | None = None) -> tuple[int, tuple, dict]:
+    """``(blocks to run, the kernel's run-time arguments, its constants and options)`` for one launch
+    on tensors :func:`check_launch` accepted; ``blocks`` defaults to :func:`kernel_blocks` for
+    ``grid_rows``. The number of blocks comes from sizes, never from the requests."""
     D, index_dim, rope_dim = norm_w.shape[0], wk.shape[0], 2 * inv_freq.shape[0]
     request_slots = extend_offsets.shape[1]
     blocks = blocks or kernel_blocks(D, grid_rows)
-    num_blocks = grid_blocks(grid_rows, request_slots, blocks.groups_per_block)  # from sizes, never from the requests
-    if num_blocks == 0:
-        return None
-    compiled = fused_compress_kernel[(grid_size(num_blocks, blocks, projected.device),)](
-        projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-        kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, kv_cache.shape[0],
-        ring.shape[0], eps,
-        **kernel_constants(D, index_dim, rope_dim, ring_size, request_slots, blocks),
-    )
-    return None if INTERPRET else compiled
+    num_blocks = grid_blocks(grid_rows, request_slots, blocks.groups_per_block)
+    args = (projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
+            kv_cache, index_k, latent_out, projected.shape[0], request_slots, num_blocks, kv_cache.shape[0],
+            ring.shape[0], eps)
+    return num_blocks, args, kernel_constants(D, index_dim, rope_dim, ring_size, request_slots, blocks)
 
 
-@torch.library.custom_op("c2graph::fused_compress", mutates_args=("ring", "kv_cache", "index_k", "latent_out"))
-def fused_compress_(
+def launch_fused(*tensors_and_sizes, blocks: KernelBlocks | None = None) -> None:
+    """Launch the kernel once, one program a block, on the arguments of :func:`compress_fused_op`
+    (tensors :func:`check_launch` accepted); ``blocks`` as in :func:`kernel_arguments`."""
+    num_blocks, args, constants = kernel_arguments(*tensors_and_sizes, blocks=blocks)
+    if num_blocks:
+        compress_fused_kernel[(num_blocks,)](*args, **constants)
+
+
+@torch.library.custom_op("c2graph::compress_fused", mutates_args=("ring", "kv_cache", "index_k", "latent_out"))
+def compress_fused_op(
     projected: torch.Tensor,
     ring: torch.Tensor,
     pos: torch.Tensor,
@@ -320,8 +298,8 @@ def fused_compress_(
                  kv_cache, index_k, latent_out, eps, ring_size, grid_rows)
 
 
-@fused_compress_.register_fake
-def _fused_compress_fake(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w,
+@compress_fused_op.register_fake
+def _compress_fused_fake(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w,
                          inv_freq, kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
     return None
 
@@ -372,7 +350,7 @@ def compress_fused(
         batch.check(pools)
     if latent_out is None:
         latent_out = torch.full((batch.num_rows, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
-    fused_compress_(
+    compress_fused_op(
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq,
         pools.kv_cache, pools.index_k, latent_out,

@@ -2,9 +2,8 @@
 
 Each stage is one ``@triton.jit`` function: the row stages (which row each lane computes, where it
 stores, the park) in :mod:`~c2graph.compressor.fused_rows`, the math stages in
-:mod:`~c2graph.compressor.fused_math`. :data:`STAGES` pairs each with the torch-path function it
-replaces (:mod:`c2graph.compressor.torch_path`); :func:`fused_compress_kernel`, here, is the
-program that runs them. Compiled, they are all inlined into it: one launch.
+:mod:`~c2graph.compressor.fused_math`; :func:`compress_fused_kernel`, here, is the program that
+runs them. Compiled, they are all inlined into it: one launch.
 
 How the work is shared out. Only a group row (odd ``pos``) stores anything, so the kernel gives a
 lane to each *group*, not to each row, and finds a request's groups from its rows alone: its
@@ -46,23 +45,21 @@ from __future__ import annotations
 
 import inspect
 import sys
-from typing import NamedTuple
 
 import triton
 import triton.language as tl
 
 from .._runtime import INTERPRET
-from . import fused_math, fused_rows, torch_path
-from .fused_math import (gate, gate_and_sum_squares, index_key_to_cache, index_key_weights, latent_and_index_key,
-                         partners, rms_norm, rope, rope_angles)
-from .fused_rows import first_rows, group_rows, lane_rows, live_rows, pair_table, park_in_ring
+from . import fused_math, fused_rows
+from .fused_math import gate_and_sum_squares, index_key_to_cache, index_key_weights, latent_and_index_key, partners
+from .fused_rows import lane_rows, pair_table, park_in_ring, stores_group
 
 if INTERPRET:
     from triton.runtime.interpreter import InterpretedFunction
 
 
 @triton.jit
-def fused_compress_kernel(
+def compress_fused_kernel(
     projected_ptr,  # [T, 2D] fp32  | kv | score |
     ring_ptr,  # [ring_rows, 2D] fp32: pool_requests * RING rows, then the sentinel
     pos_ptr, req_ptr, raw_ptr,  # [T] int64 each; raw_out_loc == 0 marks a padding row
@@ -86,7 +83,7 @@ def fused_compress_kernel(
     for block in range(tl.program_id(0), num_blocks, tl.num_programs(0)):
         rows, pos, req, raw, from_ring = lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr,
                                                    raw_ptr, num_rows, LANES, GROUPS_PER_BLOCK)
-        group = group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
+        group = stores_group(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING)
         if tl.max(group.to(tl.int32), axis=0) != 0:  # a block past the batch's last group skips the passes
             cur, prev = partners(projected_ptr, ring_ptr, rows, pos, req, from_ring, D, RING)
             cache_slot = raw // 2  # the group's c2 slot
@@ -104,40 +101,6 @@ def fused_compress_kernel(
                      num_rows, ring_rows, D, RING, RING_PAD, GROUPS_PER_BLOCK, S_PAD)
 
 
-# --------------------------------------------------------------------------------------------
-# The stages, beside the torch-path steps they replace (for notebook 02)
-# --------------------------------------------------------------------------------------------
-
-
-class Stage(NamedTuple):
-    """One stage of the kernel: its name, its ``@triton.jit`` function, the torch-path function(s) it
-    replaces (none where the torch path has no such step: it gives every row a lane)."""
-
-    name: str
-    kernel: object
-    torch: tuple
-
-
-STAGES: tuple[Stage, ...] = (
-    Stage("rows inside a request", live_rows, (torch_path.previous_row_is_partner,)),
-    Stage("first rows of requests", first_rows, (torch_path.ring_read_rows,)),
-    Stage("pairs of rows", pair_table, ()),
-    Stage("the group of each lane", lane_rows, ()),
-    Stage("group rows", group_rows, ()),
-    Stage("partners", partners, (torch_path.pair_partners,)),
-    Stage("gate", gate, (torch_path.gate,)),
-    Stage("RMSNorm", rms_norm, (torch_path.finish, torch_path.rms_norm)),
-    Stage("RoPE angles", rope_angles, (torch_path.rope,)),
-    Stage("RoPE", rope, (torch_path.rope,)),
-    Stage("pass A: gate and sum of squares", gate_and_sum_squares, (torch_path.gate,)),
-    Stage("pass B: latent, KV cache, index key", latent_and_index_key, (torch_path.finish, torch_path.index_key)),
-    Stage("index key to its cache", index_key_to_cache, (torch_path.index_key,)),
-    Stage("park", park_in_ring, (torch_path.park_mask, torch_path.park)),
-    Stage("one program", fused_compress_kernel, (torch_path.compress_torch,)),
-)
-"""Every stage of :func:`fused_compress_kernel`, in the order the math runs them."""
-
-
 def source(fn) -> str:
     """The Python source of a ``@triton.jit`` function (or of a plain one)."""
     return inspect.getsource(getattr(fn, "fn", fn))
@@ -149,5 +112,5 @@ if INTERPRET:
     # functions instead, the same code. Compiled, every stage is inlined into the one kernel anyway.
     for _module in (fused_rows, fused_math, sys.modules[__name__]):
         for _name, _value in list(vars(_module).items()):
-            if isinstance(_value, InterpretedFunction) and _value is not fused_compress_kernel:
+            if isinstance(_value, InterpretedFunction) and _value is not compress_fused_kernel:
                 setattr(_module, _name, _value.fn)

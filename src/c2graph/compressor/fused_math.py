@@ -3,7 +3,7 @@ the index key, and the two sweeps over the columns that run them (pass A, pass B
 
 Each stage takes what :mod:`~c2graph.compressor.fused_rows` found about the lanes' rows (the row,
 its ``pos``, whether it stores) and does one step of the math; compiled, every one is inlined into
-:func:`~c2graph.compressor.fused_kernel.fused_compress_kernel`. Sums are written in one order
+:func:`~c2graph.compressor.fused_kernel.compress_fused_kernel`. Sums are written in one order
 (:func:`row_sum`, :func:`row_sum_in_order`), so the bits do not depend on the warps.
 """
 

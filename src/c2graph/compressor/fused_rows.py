@@ -52,7 +52,7 @@ def pair_table(offsets_ptr, request_slots, S_PAD: tl.constexpr):
 
 
 @triton.jit
-def live_rows(mine):
+def in_request(mine):
     """``[N]`` bool: each lane's pair lies inside a request (``mine``: ``[S_PAD, N]``, which request
     slot's pairs hold each lane's pair number); padding rows lie in none.
 
@@ -94,7 +94,7 @@ def lane_rows(block, starts, ends, pairs, first_pair, pos_ptr, req_ptr, raw_ptr,
     end = tl.sum(tl.where(mine, ends[:, None], 0), axis=0)  # one past its request's last row
     # The lowest row a pair reads is its partner, the row before it (but for a request's first pair,
     # whose partner is a ring row): offsets that start before row 0 must not read before the buffer.
-    a = live_rows(mine) & (lane < GROUPS_PER_BLOCK) & (first - tl.minimum(k, 1) >= 0) & (first < num_rows)
+    a = in_request(mine) & (lane < GROUPS_PER_BLOCK) & (first - tl.minimum(k, 1) >= 0) & (first < num_rows)
     b = a & (first + 1 < end) & (first + 1 < num_rows)
     # Both rows' metadata, in one trip: under offsets that are right, the second row's pos is the
     # first's plus one and its req the same, but a graph replaying frozen offsets can put a pair
@@ -120,7 +120,7 @@ def ring_row(req, pos, RING: tl.constexpr):
 
 
 @triton.jit
-def group_rows(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING: tl.constexpr):
+def stores_group(rows, pos, req, raw, from_ring, num_rows, kv_slots, ring_rows, RING: tl.constexpr):
     """``[N]`` bool: each lane's row (``[N]`` int64, with its ``pos``, ``req``, ``raw_out_loc`` and
     whether its partner is a ring row) completes a group, and stores it.
 

@@ -205,7 +205,7 @@ class Graph:
         """The recorded work, in capture order, one readable name per node. Launches nothing.
 
         Emulation: the recorded ops (``"aten.mul.Tensor"``), one node per custom op
-        (``"c2graph.fused_compress.default"``) and per Triton launch (the kernel's name); views
+        (``"c2graph.compress_fused.default"``) and per Triton launch (the kernel's name); views
         and allocations are not nodes. CUDA: the graph's kernels (``"at::native::
         vectorized_elementwise_kernel"``, a Triton kernel by its name), copies (``"Memcpy"``)
         and fills (``"Memset"``), read from the captured graph.

@@ -6,7 +6,7 @@
   nothing and are left out (:func:`launches_kernel`), so each op counted is roughly one kernel
   launch on a GPU (a copy between host and device, such as reading a CUDA tensor with
   ``.tolist()``, is counted too, though it is a memory copy rather than a kernel). A Triton
-  kernel wrapped in a registered custom op (``c2graph::fused_compress``) counts as one op; one
+  kernel wrapped in a registered custom op (``c2graph::compress_fused``) counts as one op; one
   launched directly (``kernel[grid](...)``) never reaches the dispatcher and is not counted.
 - :func:`count_cuda_kernels` (CUDA only) counts the kernels the GPU actually ran, with
   :mod:`torch.profiler`.
@@ -59,7 +59,7 @@ def op_bytes(func, args: tuple, kwargs: dict, out) -> int:
 
 @dataclass
 class OpCounts:
-    """What :func:`count_ops` saw: ops by name (``aten.add.Tensor``, ``c2graph.fused_compress.default``)
+    """What :func:`count_ops` saw: ops by name (``aten.add.Tensor``, ``c2graph.compress_fused.default``)
     in the order first seen, with the bytes each name moved in total."""
 
     counts: Counter = field(default_factory=Counter)

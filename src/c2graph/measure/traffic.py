@@ -33,13 +33,13 @@ def minimum_bytes(cfg: Config, batch: ExtendBatch, *, programs: int = 1) -> dict
     if isinstance(programs, bool) or not isinstance(programs, int) or programs < 1:
         raise ValueError(f"programs = {programs!r}; expected an int >= 1")
     T, D, I = batch.num_rows, cfg.D, cfg.index_dim
-    groups = len(batch.group_rows())
+    groups = len(batch.group_rows)
     return {
         "read | kv | score |": T * 2 * D * 4,
         "read pos, req, raw_out_loc": 3 * T * 8,
         "read extend offsets": batch.extend_offsets.numel() * 4,
         "read weights": weight_bytes(cfg) * programs,
-        "read ring partners": len(batch.ring_partner_rows()) * 2 * D * 4,
+        "read ring partners": len(batch.ring_partner_rows) * 2 * D * 4,
         "write kv_cache": groups * D * 2,
         "write index_k": groups * I * 2,
         "write latents": groups * D * 2,

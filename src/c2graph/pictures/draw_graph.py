@@ -203,8 +203,8 @@ def _draw_offsets(ax, runner: PrefillGraphRunner, batch: ExtendBatch | None) -> 
 def node_label(node: str) -> str:
     """A short, groupable name for one node of :meth:`Graph.nodes`.
 
-    Emulation: ``"aten.mul.Tensor"`` -> ``"mul"``, ``"c2graph.fused_compress.default"`` ->
-    ``"c2graph::fused_compress"``. CUDA: the kernel's name without its namespace, template and
+    Emulation: ``"aten.mul.Tensor"`` -> ``"mul"``, ``"c2graph.compress_fused.default"`` ->
+    ``"c2graph::compress_fused"``. CUDA: the kernel's name without its namespace, template and
     argument list (``"void at::native::vectorized_elementwise_kernel<4, ...>(...)"`` ->
     ``"vectorized_elementwise_kernel"``, anonymous namespaces too); copies and fills keep their
     first words.

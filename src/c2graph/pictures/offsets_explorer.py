@@ -94,7 +94,7 @@ def replay_offsets(requests: Sequence[tuple[int, int, int]], pad_to: int | None 
     step = runner.run(requests, alloc, xs, pad_to=pad_to)
     batch = ExtendBatch.build(requests, alloc, pad_to=pad_to, device=runner.device)
     want = [compress(layer, x, batch, p) for layer, x, p in zip(runner.layers, xs, eager_pools)]
-    groups = step.batch.group_rows()
+    groups = step.batch.group_rows
     comparisons = []
     for i, (layer, got, ref) in enumerate(zip(runner.layers, runner.layer_pools, eager_pools)):
         cs = compare_pools(got, ref, skip_slot0=not layer.use_fused_gate)

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import torch
 
 from ..compressor.batch import ExtendBatch
-from ..compressor.fused import fused_compress_
+from ..compressor.fused import compress_fused_op
 from ..compressor.pools import Pools
 from .runner import PrefillGraphRunner
 from ..compressor.source_layer import SourceLayer
@@ -112,7 +112,7 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
             offsets = self.offsets_tensor
         elif self.variant == "grid_from_batch":
             grid_rows = self.host_live_rows
-        fused_compress_(
+        compress_fused_op(
             s.projected[:bucket], pools.ring, s.pos[:bucket], s.req[:bucket], s.raw_out_loc[:bucket],
             offsets, layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq,
             pools.kv_cache, pools.index_k, s.latent[:bucket],

@@ -265,7 +265,7 @@ def check_compressor(fn, seed: int = 0) -> CheckResult:
         for p in puzzles.puzzles(seed):
             run = Run(p, seed)
             latent, ring = run.launch(fn)
-            T, groups = run.batch.num_rows, set(run.batch.group_rows())
+            T, groups = run.batch.num_rows, set(run.batch.group_rows)
             got, want = latent.float(), run.want.float()
             wrong = [r for r in range(T) if (r in groups and not torch.allclose(got[r], want[r], rtol=TOL, atol=TOL))
                      or (r not in groups and not bool((got[r] == POISON).all()))]

@@ -4,7 +4,7 @@ Each puzzle is one piece of the fused kernel (:mod:`c2graph.compressor.fused_ker
 enough to write in a few lines:
 
 1. the rows a request owns, read from the extend offsets (the kernel's ``request_slot_table`` and
-   ``live_rows``);
+   ``in_request``);
 2. a masked gather of each group row's partner, the previous row or a ring row (``partners``);
 3. a row sum in one fixed order, neighbours first (``row_sum``);
 4. the park loop, whose bounds a program reads at run time (``park_in_ring``).
