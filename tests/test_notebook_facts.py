@@ -5,6 +5,7 @@ claims they make about every bucket, and the counts they state in words (exercis
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import math
@@ -386,3 +387,126 @@ def test_pictures_of_stored_results_come_from_one_run_that_read_the_stored_file(
     stated = [s for cell, kind, body, reads in dict(DOCS)[name] if kind == "output"
               for s in stored_numbers.statements(name, cell, kind, body, ROW_COUNTS, reads)]
     assert stated, f"{name}: pictures of stored results, and no printed number that shows which file was read"
+
+
+# --- docs/design.md and the modules' docstrings ------------------------------------------------------
+
+WORD_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8}
+
+
+def number(text: str) -> int:
+    return WORD_NUMBERS[text] if text in WORD_NUMBERS else int(text)
+
+
+def prose() -> dict[str, str]:
+    """Every text a reader reads besides the notebooks' code: the design page, the README, the
+    notebooks' guides and markdown cells, and every module docstring of the package and the benchmarks."""
+    texts = {str(p.relative_to(ROOT)): p.read_text() for p in [ROOT / "docs" / "design.md", ROOT / "README.md",
+                                                             *sorted((ROOT / "notebooks").glob("*.md"))]}
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        texts[path.name] = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    for path in sorted([*(ROOT / "src" / "c2graph").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+        tree = ast.parse(path.read_text())
+        docs = [node.value.value for node in ast.walk(tree) if isinstance(node, ast.Expr)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)]
+        texts[str(path.relative_to(ROOT))] = "\n".join(docs)
+    return {name: " ".join(text.split()) for name, text in texts.items()}
+
+
+def test_every_about_n_launches_is_the_torch_paths_count_rounded():
+    """"About 160 launches" (and "~160") wherever it is said: the torch path's ops on one source
+    layer, as notebook 00 counts them, rounded to ten."""
+    cfg = c2.Config.tiny()
+    layer = c2.SourceLayer(cfg, seed=1)
+    alloc = c2.ReqToTokenPool(cfg, 8, 96, seed=1)
+    pools = c2.Pools(cfg, 8, alloc.kv_slots)
+    batch = c2.ExtendBatch.build([(0, 0, 13)], alloc, pad_to=16)
+    projected = c2.project_fused(layer, layer.random_hidden(16, seed=0))
+    launches = ops(lambda: c2.compress_torch(layer, *c2.split_projected(projected), batch, pools))
+    said = {(name, int(m.group(1))) for name, text in prose().items()
+            for m in re.finditer(r"(?:about|some|~) ?(\d+)(?: small)? launches", text)}
+    assert said, "no text states the torch path's launches"
+    assert {n for _, n in said} == {round(launches, -1)}, sorted(said)
+
+
+def test_the_design_page_states_the_presets_blocks_and_rooms_as_they_are():
+    design = prose()["docs/design.md"]
+    presets = re.search(r"`Config.tiny\(\)` \(hidden (\d+), D (\d+), rope (\d+), I (\d+), page (\d+)\).*?"
+                        r"`Config.dsv41\(\)` \(hidden (\d+), D (\d+) = (\d+) \+ (\d+) rope, I (\d+), page (\d+), "
+                        r"ring (\d+), eps ([0-9e.-]+)\)", design)
+    assert presets, "design.md no longer states the presets"
+    tiny, dsv41 = c2.Config.tiny(), c2.Config.dsv41()
+    assert [int(g) for g in presets.groups()[:5]] == [tiny.hidden, tiny.D, tiny.rope_dim, tiny.index_dim, tiny.page_size]
+    assert [int(g) for g in presets.groups()[5:12]] == [dsv41.hidden, dsv41.D, dsv41.D_nope, dsv41.rope_dim,
+                                                       dsv41.index_dim, dsv41.page_size, dsv41.ring_size]
+    assert float(presets.group(13)) == dsv41.eps
+    from c2graph.compressor.fused import SMALL_BUCKET_ROWS, kernel_blocks
+
+    groups = re.search(r"the groups per block: (\d+) at `tiny` and in small `dsv41` buckets, (\d+) in large ones", design)
+    assert groups and [int(g) for g in groups.groups()] == [
+        kernel_blocks(tiny.D, 16).groups_per_block, kernel_blocks(dsv41.D, 4 * SMALL_BUCKET_ROWS).groups_per_block]
+    assert kernel_blocks(tiny.D, 4 * SMALL_BUCKET_ROWS).groups_per_block == int(groups.group(1))
+    assert kernel_blocks(dsv41.D, SMALL_BUCKET_ROWS).groups_per_block == int(groups.group(1))
+    warps = re.search(r"small buckets, about one program a multiprocessor, use (\d+) warps\); pass A's loads run "
+                      r"(\w+) chunks ahead of its math in large buckets, (\w+) in small ones", design)
+    assert warps, "design.md no longer states the small buckets' warps and pass A's pipeline"
+    small, large = kernel_blocks(dsv41.D, SMALL_BUCKET_ROWS), kernel_blocks(dsv41.D, 4 * SMALL_BUCKET_ROWS)
+    assert (int(warps.group(1)), number(warps.group(2)), number(warps.group(3))) == (
+        small.num_warps, large.gate_stages - 1, small.gate_stages - 1)
+    rooms = re.search(r"The package is (\w+) rooms, one subpackage each.*?no module is longer than (\d+) lines", design)
+    package = ROOT / "src" / "c2graph"
+    assert number(rooms.group(1)) == sum((p / "__init__.py").exists() for p in package.iterdir() if p.is_dir())
+    import test_structure
+
+    assert int(rooms.group(2)) == test_structure.MAX_LINES
+
+
+def test_the_kernel_blocks_docstrings_state_their_blocks():
+    """The docstrings beside ``fused.py``'s block constants say their groups, warps and pipelines."""
+    from c2graph.compressor import fused
+
+    tree = ast.parse((ROOT / "src" / "c2graph" / "compressor" / "fused.py").read_text())
+    body = tree.body
+    docs = {node.targets[0].id: " ".join(after.value.value.split()) for node, after in zip(body, body[1:])
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+            and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)}
+    small, large = docs["WIDE_SMALL_BUCKET"], docs["WIDE_LARGE_BUCKET"]
+    found = re.search(r"\((\d+) groups in (\d+)-lane tiles\).*?(\d+) warps share each step, and the loads of pass A "
+                      r"run (\w+) chunks ahead of its math, those of pass B's product (\w+) steps ahead", small)
+    blocks = fused.WIDE_SMALL_BUCKET
+    assert found and (int(found.group(1)), int(found.group(2)), int(found.group(3)), number(found.group(4)),
+                      number(found.group(5))) == (blocks.groups_per_block, blocks.lanes, blocks.num_warps,
+                                                  blocks.gate_stages - 1, blocks.num_stages - 1)
+    found = re.search(r"(\d+) groups a block, every lane busy, (\d+) warps", large)
+    blocks = fused.WIDE_LARGE_BUCKET
+    assert found and (int(found.group(1)), int(found.group(2))) == (blocks.groups_per_block, blocks.num_warps)
+    assert blocks.lanes == blocks.groups_per_block  # "every lane busy"
+    assert "D >= 256" in small and "D < 256" in docs["SMALL_BLOCKS"]
+    assert fused.kernel_blocks(255, 16) is fused.SMALL_BLOCKS and fused.kernel_blocks(256, 16) is fused.WIDE_SMALL_BUCKET
+
+
+def test_the_guide_and_notebook_03_state_the_counts_the_code_makes():
+    """INSTRUCTOR's answers and 03's prose quote the torch path's counts: the ones ``count_ops`` makes."""
+    cfg = c2.Config.tiny()
+    layer = c2.SourceLayer(cfg, seed=1, use_fused_gate=False)
+    alloc = c2.ReqToTokenPool(cfg, 8, 96, seed=1)
+    pools = c2.Pools(cfg, 8, alloc.kv_slots)
+    batch = c2.ExtendBatch.build([(0, 0, 13)], alloc, pad_to=16)
+    x = layer.random_hidden(13, seed=0)
+    kv, score = c2.project_padded(layer, x, batch)
+    latent = torch.zeros(16, cfg.D, dtype=torch.bfloat16, device=pools.device)
+    given = ops(lambda: c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent))
+    without = ops(lambda: c2.compress_torch(layer, kv, score, batch, pools))
+    projected = ops(lambda: c2.compress(layer, x, batch, pools, path="torch", validate=False))
+    texts = prose()
+    guide = texts["notebooks/INSTRUCTOR.md"]
+    found = re.search(r"The torch path makes (\d+) ops; the fused path 1 kernel launch\. Notebook 03 explains "
+                      r"(\d+), (\d+) and (\d+)\.", guide)
+    assert found and [int(g) for g in found.groups()] == [without, given, without, projected]
+    found = re.search(r"Read the launch counts of the torch path: (\d+) graph nodes \(the torch path with its latent "
+                      r"buffer given\), (\d+) \(without it: one more op, the `full` of a NaN buffer\), (\d+) with the "
+                      r"source projection", guide)
+    assert found and [int(g) for g in found.groups()] == [given, without, projected]
+    found = re.search(r"notebook 02 counts this call: (\d+)\)", texts["03_cuda_graphs_and_broken_offsets.ipynb"])
+    assert found and int(found.group(1)) == without

@@ -18,15 +18,33 @@ ROOT = Path(__file__).resolve().parents[1]
 # reports Triton's n_regs), and the GPU host's Triton need not take this CPU compile path.
 @pytest.mark.skipif(torch.cuda.is_available(),
                     reason="a CPU tool: on a CUDA host benchmarks/sweep.py reads the registers of the launched kernel")
-def test_registers_tool_reads_the_register_cap():
+def test_registers_tool_reads_the_register_cap_and_the_design_pages_count():
+    """A capped variant keeps under its cap; the library's large-bucket blocks, uncapped, take the
+    registers ``docs/design.md`` states, and as many programs share an SM as it says."""
     env = dict(os.environ, TRITON_DEFAULT_FP_FUSION="1")
     env.pop("TRITON_INTERPRET", None)
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "registers.py"), "g16.c64.k64.w4.st2.r96"],
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "registers.py"), "g16.c64.k64.w4.st2.r96",
+                          "default", "--rows", "65536"],
                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
-    found = re.search(r"registers\s+(\d+)\s+stack\s+(\d+) bytes", out.stdout)
-    assert found, out.stdout
-    assert 32 <= int(found.group(1)) <= 96  # the cap holds; a kernel this size needs more than a few
+    found = re.findall(r"registers\s+(\d+)\s+stack\s+\d+ bytes\s+\((\d+) programs an SM", out.stdout)
+    assert len(found) == 2, out.stdout
+    (capped, _), (default, per_sm) = [(int(r), int(p)) for r, p in found]
+    assert 32 <= capped <= 96  # the cap holds; a kernel this size needs more than a few
+    design = " ".join((ROOT / "docs" / "design.md").read_text().split())
+    stated = re.search(r"program of (\d+) warps \(large buckets\) to at most (\d+) registers with no cap set "
+                       r"\(([^)]*)\), so (\w+) share", design)
+    assert stated, "docs/design.md no longer states the large buckets' registers"
+    words = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "eight": 8}
+    from c2graph.compressor.fused import kernel_blocks
+
+    assert int(stated.group(1)) == kernel_blocks(512, 65536).num_warps
+    assert default <= int(stated.group(2)) and per_sm == words[stated.group(4)], out.stdout
+    by_version = {version: int(regs) for regs, version in re.findall(r"(\d+) with Triton (\d+\.\d+)", stated.group(3))}
+    import triton
+
+    running = ".".join(triton.__version__.split(".")[:2])
+    assert by_version.get(running, default) == default, f"design.md says {by_version[running]} with Triton {running}"
 
 
 # Not a hidden failure: on a CUDA host, timeline.py runs its kernel for real (a GPU's timer).

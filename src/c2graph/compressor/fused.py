@@ -1,6 +1,6 @@
 """The fused path: the whole c2 compressor of one extend batch in ONE Triton launch.
 
-The torch path (:mod:`c2graph.compressor.torch_path`) spends about a hundred small launches per
+The torch path (:mod:`c2graph.compressor.torch_path`) spends about 160 small launches per
 source layer, each reading its inputs from memory and writing its result back. The fused kernel
 (:mod:`c2graph.compressor.fused_kernel`) reads the ``| kv | score |`` buffer once, keeps every
 intermediate in registers (it reads back only the latent rows it just stored, for the index-key
