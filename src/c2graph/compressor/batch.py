@@ -1,9 +1,10 @@
 """An extend batch: the rows of several requests, flattened, with their metadata.
 
-Rows are the concatenation of the requests' extend tokens; padding rows (up to a bucket, or to
-the row count shared by data-parallel ranks) follow the live rows, with ``pos = 0`` and
-``raw_out_loc = 0``, and belong to no request. What each row does is the row plan
-(:meth:`ExtendBatch.plan`, :mod:`c2graph.compressor.rows`).
+Rows are the concatenation of the requests' extend tokens, the *live rows*; padding rows (up to
+a bucket, or to the row count shared by data-parallel ranks) follow them, with ``pos = 0``,
+``req = 0`` and ``raw_out_loc = 0``, and belong to no request. A padding row is any row with
+``raw_out_loc == 0``: only the dummy batch a graph is captured on has them inside a request. What
+each row does is the row plan (:meth:`ExtendBatch.plan`, :mod:`c2graph.compressor.rows`).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class Request(NamedTuple):
 class ExtendBatch:
     """Per-row metadata of one extend batch, padded to ``num_rows``.
 
-    - ``pos``: ``[T]`` int64, the token's absolute position (``prefix_len + i``); 0 on padding rows
-    - ``req``: ``[T]`` int64, the request's pool index; 0 on padding rows
+    - ``pos``: ``[T]`` int64, the token's absolute position (``prefix_len + i``); 0 past the live rows
+    - ``req``: ``[T]`` int64, the request's pool index; 0 past the live rows
     - ``raw_out_loc``: ``[T]`` int64, the token's slot in the full KV pool; 0 marks a padding row
     - ``c2_slot``: ``[T]`` int64, ``raw_out_loc // 2`` on rows that complete a group (odd ``pos``),
       0 on every other row (the torch path sends its unwanted stores to c2 slot 0)
