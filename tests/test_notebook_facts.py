@@ -77,7 +77,11 @@ def ops(fn) -> int:
     return counted.total
 
 
-def test_the_launch_counts_differ_by_what_they_count():
+@functools.cache
+def torch_path_counts() -> dict[str, int]:
+    """The counts notebook 03 measures, on its batch of 13 rows in a bucket of 16: the torch path
+    with its latent buffer given (the runner's call), without it, with the source projection in
+    front, and the index key alone; ``nodes``: the runner's graph of that bucket."""
     cfg = c2.Config.tiny()
     layer = c2.SourceLayer(cfg, seed=1, use_fused_gate=False)
     alloc = c2.ReqToTokenPool(cfg, 8, 96, seed=1)
@@ -86,13 +90,23 @@ def test_the_launch_counts_differ_by_what_they_count():
     x = layer.random_hidden(13, seed=0)
     kv, score = c2.project_padded(layer, x, batch)
     latent = torch.zeros(16, cfg.D, dtype=torch.bfloat16, device=pools.device)
-    given = ops(lambda: c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent))
-    runner = c2.PrefillGraphRunner(layer, pools, buckets=[16], request_slots=8)
-    assert len(runner.nodes(16)) == given > 100
-    assert ops(lambda: c2.compress_torch(layer, kv, score, batch, pools)) == given + 1  # the NaN latent buffer
-    assert ops(lambda: c2.compress(layer, x, batch, pools, path="torch")) > given + ops(lambda: c2.project(layer, x))
     group_pos = batch.pos - batch.pos % 2
-    assert 0.15 * given < ops(lambda: tp.index_key(latent, layer, group_pos)) + 1 < 0.3 * given
+    return {
+        "given": ops(lambda: c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent)),
+        "without": ops(lambda: c2.compress_torch(layer, kv, score, batch, pools)),
+        "projected": ops(lambda: c2.compress(layer, x, batch, pools, path="torch", validate=False)),
+        "projection": ops(lambda: c2.project(layer, x)),
+        "index_key": ops(lambda: tp.index_key(latent, layer, group_pos)),
+        "nodes": len(c2.PrefillGraphRunner(layer, pools, buckets=[16], request_slots=8).nodes(16)),
+    }
+
+
+def test_the_launch_counts_differ_by_what_they_count():
+    n = torch_path_counts()
+    assert n["nodes"] == n["given"] > 100
+    assert n["without"] == n["given"] + 1  # the NaN latent buffer
+    assert n["projected"] > n["given"] + n["projection"]
+    assert 0.15 * n["given"] < n["index_key"] + 1 < 0.3 * n["given"]
 
 
 # --- capture and replay (notebook 03, sections 1 and 2) ----------------------------------------------
@@ -417,13 +431,7 @@ def prose() -> dict[str, str]:
 def test_every_about_n_launches_is_the_torch_paths_count_rounded():
     """"About 160 launches" (and "~160") wherever it is said: the torch path's ops on one source
     layer, as notebook 00 counts them, rounded to ten."""
-    cfg = c2.Config.tiny()
-    layer = c2.SourceLayer(cfg, seed=1)
-    alloc = c2.ReqToTokenPool(cfg, 8, 96, seed=1)
-    pools = c2.Pools(cfg, 8, alloc.kv_slots)
-    batch = c2.ExtendBatch.build([(0, 0, 13)], alloc, pad_to=16)
-    projected = c2.project_fused(layer, layer.random_hidden(16, seed=0))
-    launches = ops(lambda: c2.compress_torch(layer, *c2.split_projected(projected), batch, pools))
+    launches = torch_path_counts()["without"]
     said = {(name, int(m.group(1))) for name, text in prose().items()
             for m in re.finditer(r"(?:about|some|~) ?(\d+)(?: small)? launches", text)}
     assert said, "no text states the torch path's launches"
@@ -488,17 +496,8 @@ def test_the_kernel_blocks_docstrings_state_their_blocks():
 
 def test_the_guide_and_notebook_03_state_the_counts_the_code_makes():
     """INSTRUCTOR's answers and 03's prose quote the torch path's counts: the ones ``count_ops`` makes."""
-    cfg = c2.Config.tiny()
-    layer = c2.SourceLayer(cfg, seed=1, use_fused_gate=False)
-    alloc = c2.ReqToTokenPool(cfg, 8, 96, seed=1)
-    pools = c2.Pools(cfg, 8, alloc.kv_slots)
-    batch = c2.ExtendBatch.build([(0, 0, 13)], alloc, pad_to=16)
-    x = layer.random_hidden(13, seed=0)
-    kv, score = c2.project_padded(layer, x, batch)
-    latent = torch.zeros(16, cfg.D, dtype=torch.bfloat16, device=pools.device)
-    given = ops(lambda: c2.compress_torch(layer, kv, score, batch, pools, latent_out=latent))
-    without = ops(lambda: c2.compress_torch(layer, kv, score, batch, pools))
-    projected = ops(lambda: c2.compress(layer, x, batch, pools, path="torch", validate=False))
+    n = torch_path_counts()
+    given, without, projected = n["given"], n["without"], n["projected"]
     texts = prose()
     guide = texts["notebooks/INSTRUCTOR.md"]
     found = re.search(r"The torch path makes (\d+) ops; the fused path 1 kernel launch\. Notebook 03 explains "

@@ -84,10 +84,15 @@ def check_hidden(layer: SourceLayer, x: torch.Tensor) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != cfg.hidden:
         shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"x has shape {shape}; expected [T, hidden={cfg.hidden}]")
-    if x.dtype != torch.bfloat16:
-        raise ValueError(f"x has dtype {x.dtype}; expected torch.bfloat16")
-    if x.device.type != layer.device.type:
-        raise ValueError(f"x is on {x.device}; expected the layer's device ({layer.device})")
+    check_on_layer("x", x, torch.bfloat16, layer)
+
+
+def check_on_layer(name: str, t: torch.Tensor, dtype: torch.dtype, layer: SourceLayer) -> None:
+    """``t`` (named ``name``) has ``dtype`` and lives on the layer's device."""
+    if t.dtype != dtype:
+        raise ValueError(f"{name} has dtype {t.dtype}; expected {dtype}")
+    if t.device.type != layer.device.type:
+        raise ValueError(f"{name} is on {t.device}; expected the layer's device ({layer.device})")
 
 
 def project(layer: SourceLayer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,10 +116,7 @@ def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None 
         if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] < T or out.shape[1] != D2:
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise ValueError(f"out has shape {shape}; expected [>= {T}, 2D = {D2}] (at least x's {T} rows)")
-        if out.dtype != torch.float32:
-            raise ValueError(f"out has dtype {out.dtype}; expected torch.float32")
-        if out.device.type != layer.device.type:
-            raise ValueError(f"out is on {out.device}; expected the layer's device ({layer.device})")
+        check_on_layer("out", out, torch.float32, layer)
     y = _matmul_bf16_fp32(x, layer.wkv_gate)
     if out is None:
         return y
