@@ -20,7 +20,7 @@ from c2graph.compressor import torch_path as tp
 from c2graph.measure import results
 from c2graph.measure.bench_cases import input_sets, make_case
 from c2graph.workshop import my_compressor as wc
-from c2graph.workshop.graphs import replay_against_eager
+from c2graph.workshop.my_graph import replay_against_eager
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("00_tour.ipynb", "01_the_ratio2_compressor.ipynb", "03_cuda_graphs_and_broken_offsets.ipynb")

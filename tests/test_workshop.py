@@ -27,7 +27,7 @@ import c2graph as c2
 from c2graph.measure.compare import compare_pools
 from c2graph.workshop import CheckResult
 from c2graph.workshop import my_compressor as wc
-from c2graph.workshop import graphs as wg
+from c2graph.workshop import my_graph as wg
 from c2graph.workshop import setup_check
 from c2graph.workshop.student import student_copy
 from c2graph.workshop.yours import NAMES, load_yours
@@ -57,7 +57,7 @@ def exercises(name: str) -> list[tuple[str, str]]:
 def namespace() -> dict:
     """What a notebook's solution and check cells can see: torch and the workshop modules."""
     ns: dict = {}
-    exec("import torch\nfrom c2graph.workshop.my_compressor import *\nfrom c2graph.workshop.graphs import *", ns)
+    exec("import torch\nfrom c2graph.workshop.my_compressor import *\nfrom c2graph.workshop.my_graph import *", ns)
     return ns
 
 
@@ -516,8 +516,8 @@ def test_notebook_03_falls_back_when_the_readers_cells_cannot_be_defined(tmp_pat
 
 
 def test_the_hand_made_cases_hold_every_edge_the_checks_promise():
-    from c2graph.workshop.compressor import HAND_MADE, practice_batches
-    from c2graph.workshop.compressor import check_rng
+    from c2graph.workshop.practice import HAND_MADE, practice_batches
+    from c2graph.workshop.practice import check_rng
 
     cfg = c2.Config.tiny()
     eager = [b for _, b in practice_batches(cfg, check_rng(), 0)]
@@ -533,7 +533,7 @@ def test_the_hand_made_cases_hold_every_edge_the_checks_promise():
 
 
 def test_a_check_draws_the_same_batches_in_every_run():
-    from c2graph.workshop.compressor import check_rng, practice_batches
+    from c2graph.workshop.practice import check_rng, practice_batches
 
     cfg = c2.Config.tiny()
     runs = [[(what, b.requests) for what, b in practice_batches(cfg, check_rng())] for _ in range(2)]

@@ -23,7 +23,7 @@ from ..compressor.config import Config
 from ..compressor.rows import Partner, plan_rows
 from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
 from .check import CheckResult, run_check
-from .compressor import (
+from .practice import (
     HAND_MADE,
     HAND_MADE_WORDS,
     PRACTICE_POOL_REQUESTS,

@@ -33,7 +33,7 @@ from ..compressor.source_layer import SourceLayer, project
 from ..compressor.torch_path import compress_torch, park
 from ..measure.compare import Comparison, compare, compare_pools
 from .check import CheckResult, run_check
-from .compressor import (
+from .practice import (
     HAND_MADE_WORDS,
     StaticBatch,
     capture,

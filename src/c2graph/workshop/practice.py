@@ -10,7 +10,7 @@
   shape and device before any value is compared.
 
 Notebook 01's own functions and the checks of its exercises are in
-:mod:`c2graph.workshop.my_compressor`; notebook 03's checks in :mod:`c2graph.workshop.graphs`.
+:mod:`c2graph.workshop.my_compressor`; notebook 03's checks in :mod:`c2graph.workshop.my_graph`.
 """
 
 from __future__ import annotations
