@@ -21,7 +21,7 @@ from c2graph.compressor import torch_path as tp
 from c2graph.measure import results
 from c2graph.measure.bench_cases import input_sets, make_case
 from c2graph.workshop import my_compressor as wc
-from c2graph.workshop.graphs import replay_against_eager
+from c2graph.workshop.my_graph import replay_against_eager
 
 ROOT = Path(__file__).resolve().parents[1]
 OURS = ("00_tour.ipynb", "01_the_ratio2_compressor.ipynb", "03_cuda_graphs_and_broken_offsets.ipynb")
@@ -146,8 +146,11 @@ BATCHES = [[(0, 0, 5), (1, 0, 6), (2, 0, 4)], [(0, 5, 4), (1, 6, 3), (2, 4, 5)],
 
 def test_notebook_01s_compressor_is_refused_at_its_store():
     report = replay_against_eager(wc.my_compress, BATCHES)
-    assert not report.ok and report.where.startswith("my_store:")
-    assert report.error == "CUDA error: operation not permitted when stream is capturing"
+    assert not report.ok and report.refused.function == "my_store", report
+    assert report.refused.code == "slots = batch.raw_out_loc[groups] // 2" and report.refused.where.startswith("my_compressor.py:")
+    assert str(report) == ("the capture refused it, in `my_store` (" + report.refused.where.split(" in ")[0]
+                           + ": `slots = batch.raw_out_loc[groups] // 2`):\n"
+                           "  CUDA error: operation not permitted when stream is capturing")
 
 
 def test_with_a_graph_safe_store_the_host_park_replays_wrong_ring_rows():

@@ -185,7 +185,7 @@ def test_every_one_layer_shortcut_is_refused_alike_with_many_layers():
 def test_the_static_batch_is_one_builder_shared_with_the_workshop():
     """The runner's static buffers are a StaticBatch: one view per bucket made before any capture,
     the dummy batch loaded for a capture, a real batch copied in place."""
-    from c2graph.workshop.compressor import StaticBatch
+    from c2graph.workshop.practice import StaticBatch
 
     layers, alloc, pools = model_case("torch", seed=6)
     runner = c2.PrefillGraphRunner(layers, pools, buckets=[8, 16], request_slots=3)

@@ -135,7 +135,7 @@ def test_no_module_over_max_lines(name):
     assert lines <= MAX_LINES, f"{name} has {lines} lines; expected at most {MAX_LINES}"
 
 
-@pytest.mark.parametrize("room", ["compressor", "graphs", "prefill", "measure"])
+@pytest.mark.parametrize("room", ["compressor", "graphs", "prefill", "measure", "workshop"])
 def test_a_rooms_page_names_each_of_its_modules(room):
     """The room's ``__init__`` docstring lists every module in it (``:mod:`.name```)."""
     folder = PACKAGE / room

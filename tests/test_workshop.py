@@ -3,9 +3,10 @@
 Each check passes on the solution the notebook holds, and reports (never raises) a student's stub
 that raises ``NotImplementedError``, naming the function to write, and every plausible wrong
 solution listed here, naming its mistake: a wrong dtype, a wrong device, a rule broken at a named
-row, a capture refused in words that name the cause, a cache or ring row never written or written
-wrong. Notebook 01's functions and their copies in ``c2graph.workshop.my_compressor`` are the same
-code, and compute what the library's torch path computes.
+row, a capture refused in words that name the cause and the reader's function and line, a cache or
+ring row never written or written wrong. Notebook 01's functions and their copies in
+``c2graph.workshop.my_compressor`` are the same code, and compute what the library's torch path
+computes.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from hypothesis import strategies as st
 from support import POISON, make_case, ragged_requests
 
 import c2graph as c2
+from c2graph.graphs.refusals import NOT_PERMITTED
 from c2graph.measure.compare import compare_pools
 from c2graph.workshop import CheckResult
 from c2graph.workshop import my_compressor as wc
-from c2graph.workshop import graphs as wg
+from c2graph.workshop import my_graph as wg
 from c2graph.workshop import setup_check
+from c2graph.workshop.practice import StaticBatch, capture_yours, refusal_words
 from c2graph.workshop.student import student_copy
 from c2graph.workshop.yours import NAMES, load_yours
 
@@ -57,7 +60,7 @@ def exercises(name: str) -> list[tuple[str, str]]:
 def namespace() -> dict:
     """What a notebook's solution and check cells can see: torch and the workshop modules."""
     ns: dict = {}
-    exec("import torch\nfrom c2graph.workshop.my_compressor import *\nfrom c2graph.workshop.graphs import *", ns)
+    exec("import torch\nfrom c2graph.workshop.my_compressor import *\nfrom c2graph.workshop.my_graph import *", ns)
     return ns
 
 
@@ -242,6 +245,15 @@ def park_the_previous_rows_values(ring, kv, score, batch, ring_size):
 
 
 HOST_DECISION = "decided on the host"
+
+
+def refused_at(fn, code: str) -> str:
+    """The start of the words of a capture refused at ``code``, a line of ``fn``: its name, file, line number and code."""
+    lines, first = inspect.getsourcelines(fn)
+    number = first + next(i for i, line in enumerate(lines) if line.strip() == code)
+    return f"the capture refused your function `{fn.__name__}` ({Path(inspect.getfile(fn)).name}:{number}: `{code}`): "
+
+
 WRONG = [
     (wc.check_previous_is_partner, partner_ignoring_req, "belongs to request slot"),
     (wc.check_previous_is_partner, partner_as_int64, "dtype torch.int64; expected torch.bool"),
@@ -251,9 +263,12 @@ WRONG = [
     (wc.check_ring_read_rows, ring_rows_of_own_pos, "the ring row of the row's own pos"),
     (wc.check_ring_read_rows, ring_rows_for_even_rows_too, "the sentinel"),
     (wc.check_ring_read_rows, ring_rows_as_int32, "dtype torch.int32; expected torch.int64"),
-    (wc.check_park_mask, park_mask_from_host, "a loop over the batch's requests or rows runs once, at capture"),
+    (wc.check_park_mask, park_mask_from_host,
+     refused_at(park_mask_from_host, "mask[row] = True") + "a copy between the host and the device"),
     (wc.check_park_mask, park_mask_from_host_slices, HOST_DECISION),
-    (wc.check_park_mask, park_mask_by_boolean_indexing, "boolean-mask indexing"),
+    (wc.check_park_mask, park_mask_by_boolean_indexing,
+     refused_at(park_mask_by_boolean_indexing, "rows = torch.arange(batch.num_rows, device=batch.pos.device)"
+                "[batch.raw_out_loc != 0]") + "a host sync"),
     (wc.check_park_mask, park_mask_one_too_many, "rows differ"),
     (wc.check_park_mask, park_mask_by_shifted_copies, "has shape (2,); expected (1,): one value per row of the batch, "
      "padding rows included (this batch has 1 row, fewer than the ring's 2"),
@@ -263,7 +278,7 @@ WRONG = [
     (wg.check_store_graph_safe, store_rope_at_pos, "kv_cache c2 slot"),
     (wg.check_store_graph_safe, store_forgets_the_key, "index_k c2 slot"),
     (wg.check_store_graph_safe, store_rebinds_the_cache, "`pools.kv_cache` is a new tensor"),
-    (wg.check_store_graph_safe, wc.my_store, "a host sync"),
+    (wg.check_store_graph_safe, wc.my_store, refused_at(wc.my_store, "slots = batch.raw_out_loc[groups] // 2") + "a host sync"),
     (wg.check_park_graph_safe, park_without_restoring_the_sentinel, "the sentinel: not restored"),
     (wg.check_park_graph_safe, park_at_the_partners_ring_row, "written"),
     (wg.check_park_graph_safe, wc.my_park, "replayed on"),
@@ -283,6 +298,62 @@ def test_check_reports_a_wrong_solution_the_same_way_in_every_run(check, wrong, 
         assert "Cannot copy between CPU and CUDA" not in text and "InterpreterError" not in text, text
     if isinstance(says, str):  # a tuple: on a GPU two writes to one slot land in either order
         assert texts == [texts[0]] * RUNS, texts
+
+
+def counts_on_the_host(batch):
+    """A reader's helper: reads the live row count back to the host, a host sync."""
+    return int((batch.raw_out_loc != 0).sum().item())
+
+
+def park_mask_with_a_host_count(batch, ring_size):
+    """Calls a helper of its own that syncs: the refusal names the helper's line, then this function."""
+    live = counts_on_the_host(batch)
+    return torch.arange(batch.num_rows, device=batch.pos.device) < live
+
+
+def test_a_refused_capture_names_the_readers_function_its_line_and_its_callers():
+    static = StaticBatch(16, 4, device=c2.DEFAULT_DEVICE)
+    got = capture_yours(lambda: park_mask_from_host(static.batch, 2))
+    assert got.graph is None and not got.raised and got.function == "park_mask_from_host", got
+    assert got.code == "mask[row] = True" and got.where.startswith("test_workshop.py:"), got
+    words = refusal_words(got)  # this test's lambda is outside the package: the reader's code too
+    assert words.startswith(refused_at(park_mask_from_host, "mask[row] = True")[:-2] + ", called from `<lambda>`: "
+                            "a copy between the host and the device"), words
+
+    got = capture_yours(lambda: park_mask_with_a_host_count(static.batch, 2))
+    assert got.error == NOT_PERMITTED and got.message == NOT_PERMITTED and got.function == "counts_on_the_host", got
+    code = "return int((batch.raw_out_loc != 0).sum().item())"
+    words = refusal_words(got)
+    assert words.startswith(refused_at(counts_on_the_host, code)[:-2] + ", called from `park_mask_with_a_host_count`, "
+                            "called from `<lambda>`: a host sync (CUDA error 900"), words
+
+
+def test_an_error_the_readers_function_raises_only_under_capture_is_named_by_its_type():
+    calls = []
+
+    def fails_when_captured():
+        calls.append(1)
+        if len(calls) > 1:  # the warm-up passes, the capture's call raises
+            raise RuntimeError("shape mismatch in my code\nmore")
+        return torch.zeros(2, device=c2.DEFAULT_DEVICE)
+
+    got = capture_yours(fails_when_captured)
+    assert got.raised and got.error == "RuntimeError: shape mismatch in my code" and got.message == "shape mismatch in my code"
+    words = refusal_words(got)
+    assert words.startswith("your function `fails_when_captured` (test_workshop.py:") and "`raise RuntimeError(" in words
+    assert "raised RuntimeError: shape mismatch in my code during the capture. " in words, words
+
+
+def test_an_error_of_the_warm_up_is_raised_not_called_a_refusal():
+    def always_fails():
+        raise RuntimeError("broken before any capture")
+
+    with pytest.raises(RuntimeError, match="broken before any capture"):
+        capture_yours(always_fails)
+    got = capture_yours(lambda: torch.ones(3, device=c2.DEFAULT_DEVICE) * 2)
+    assert got.error is None and got.graph is not None
+    got.graph.replay()  # on a GPU a captured output holds garbage until the first replay
+    assert got.out.tolist() == [2.0] * 3
 
 
 def test_an_error_inside_torch_is_reported_at_the_readers_line_with_what_to_change():
@@ -516,8 +587,8 @@ def test_notebook_03_falls_back_when_the_readers_cells_cannot_be_defined(tmp_pat
 
 
 def test_the_hand_made_cases_hold_every_edge_the_checks_promise():
-    from c2graph.workshop.compressor import HAND_MADE, practice_batches
-    from c2graph.workshop.compressor import check_rng
+    from c2graph.workshop.practice import HAND_MADE, practice_batches
+    from c2graph.workshop.practice import check_rng
 
     cfg = c2.Config.tiny()
     eager = [b for _, b in practice_batches(cfg, check_rng(), 0)]
@@ -533,7 +604,7 @@ def test_the_hand_made_cases_hold_every_edge_the_checks_promise():
 
 
 def test_a_check_draws_the_same_batches_in_every_run():
-    from c2graph.workshop.compressor import check_rng, practice_batches
+    from c2graph.workshop.practice import check_rng, practice_batches
 
     cfg = c2.Config.tiny()
     runs = [[(what, b.requests) for what, b in practice_batches(cfg, check_rng())] for _ in range(2)]

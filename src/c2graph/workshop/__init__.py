@@ -17,11 +17,12 @@ Modules: :mod:`.check` (what every check returns), :mod:`.setup_check` (notebook
 set-up check), :mod:`.my_compressor` (notebook 01's functions and the checks of its exercises),
 :mod:`.puzzles` and :mod:`.kernel` (notebook 02's puzzles and their checks), :mod:`.assembly`
 (notebook 02's kernel assembled from the reader's pieces), :mod:`.launch` (launching a reader's
-Triton function, its errors in the reader's terms), :mod:`.compressor` (the static batch, the
-capture and the practice batches every check runs on), :mod:`.yours` (notebook 03 loads the
-reader's own functions from their notebook 01), :mod:`.graphs` (notebook 03's checks),
-:mod:`.offsets` (notebook 04's), :mod:`.floors` (notebook 05's), :mod:`.student` (the student
-copies).
+Triton function, its errors in the reader's terms), :mod:`.practice` (the practice batches and
+pools every check of notebooks 01 and 03 runs on, the check's seeded generator, the words and
+pictures of a failed check, and notebook 03's capture of the reader's function), :mod:`.yours`
+(notebook 03 loads the reader's own functions from their notebook 01), :mod:`.my_graph`
+(notebook 03's workbench and checks), :mod:`.offsets` (notebook 04's), :mod:`.floors` (notebook
+05's), :mod:`.student` (the student copies).
 """
 
 from .check import CheckResult, run_check

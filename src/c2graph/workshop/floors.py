@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable
 
 from .check import CheckResult, run_check
-from .compressor import CHECK_SEED
+from .practice import CHECK_SEED
 
 ROWS = (256, 2048, 16384, 65536)
 _PEERS = (("torch", "eager", "float64 reductions"), ("torch", "graph", "float64 reductions"),

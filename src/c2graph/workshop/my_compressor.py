@@ -23,14 +23,14 @@ from ..compressor.config import Config
 from ..compressor.rows import Partner, plan_rows
 from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
 from .check import CheckResult, run_check
-from .compressor import (
+from .practice import (
     HAND_MADE,
     HAND_MADE_WORDS,
     PRACTICE_POOL_REQUESTS,
     StaticBatch,
-    capture,
-    figure_of,
+    capture_yours,
     check_rng,
+    figure_of,
     practice_batches,
     refusal_words,
     requests_text,
@@ -242,7 +242,7 @@ def check_park_mask(fn) -> CheckResult:
         if not all(ok for ok, _ in results):
             return results
         static = StaticBatch(bucket, slots, device=DEFAULT_DEVICE)
-        got = capture(lambda: fn(static.batch, R))
+        got = capture_yours(lambda: fn(static.batch, R))
         if got.error:
             return results + [(False, refusal_words(got))]
         replays = practice_batches(cfg, rng, 8, bucket=bucket, request_slots=slots)

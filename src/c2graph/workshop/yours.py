@@ -28,7 +28,7 @@ from ..compressor.source_layer import SourceLayer, project
 from ..compressor.torch_path import compress_torch
 from ..measure.compare import compare_pools
 from . import my_compressor
-from .compressor import practice_pools
+from .practice import practice_pools
 
 NAMES = ("my_project", "my_previous_is_partner", "my_ring_read_rows", "my_pair", "my_gate", "my_rms_norm",
          "my_rope", "my_index_key", "my_store", "my_park", "my_park_mask", "my_compress")

@@ -1,8 +1,10 @@
 """The workbench every exercise check of notebooks 01 and 03 runs on, and notebook 03's capture.
 
 - :class:`StaticBatch`: metadata tensors at fixed addresses, what a captured function reads;
-  :func:`capture` warms a function up and captures one call of it, and :func:`refusal_words`
-  says in plain words why a capture refused it;
+  :func:`capture_yours` warms the reader's function up and captures one call of it
+  (:meth:`~c2graph.graphs.graph.Graph.capture_fn`), and :func:`refusal_words` says in plain
+  words why the capture refused it, naming the function and the line (the toolkit's record of
+  the refusal, :meth:`~c2graph.graphs.graph.Graph.audit`);
 - the practice batches (the hand-made edge cases of :data:`HAND_MADE` first, then seeded random
   ones, so that a check gives the same verdict in every run) and poisoned practice pools;
 - the words and the picture a failed check shows: :func:`row_words`, :func:`requests_text`,
@@ -10,15 +12,13 @@
   shape and device before any value is compared.
 
 Notebook 01's own functions and the checks of its exercises are in
-:mod:`c2graph.workshop.my_compressor`; notebook 03's checks in :mod:`c2graph.workshop.graphs`.
+:mod:`c2graph.workshop.my_compressor`; notebook 03's checks in :mod:`c2graph.workshop.my_graph`.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import textwrap
-import traceback
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +30,6 @@ from ..compressor.config import Config
 from ..compressor.pools import POISON, Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.rows import plan_rows
-from .. import graphs as graphs_package
 from ..graphs.graph import Graph, warmup
 from ..graphs.refusals import NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
 from ..pictures.draw import PADDING_COLOUR, request_colour
@@ -44,51 +43,71 @@ from ..prefill.static_batch import StaticBatch  # noqa: E402  (the shared builde
 
 @dataclass
 class Captured:
-    """What :func:`capture` got: the graph and what the captured call returned, or, when the capture
-    refused the call, the first line of the error and ``where`` (``"my_store: <the line>"``)."""
+    """What :func:`capture_yours` got: the graph and what the captured call returned, or, when the
+    capture refused the call, the toolkit's record of why and where
+    (:class:`~c2graph.graphs.op_record.CaptureRecord`): ``error``, its first line (CUDA's or
+    torch's words; an error the captured code raised, by its type: ``"RuntimeError: ..."``, with
+    ``raised`` true), ``where`` (``"cell 12, line 3 in my_store, called from ..."``), ``code``,
+    the innermost line's source, and ``stack``, each line's ``(where, code)``, innermost first."""
 
     graph: Graph | None
     out: object = None
     error: str | None = None
-    where: str | None = None
+    raised: bool = False
+    where: str = ""
+    code: str = ""
+    stack: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def message(self) -> str:
+        """``error`` without the type name an error the captured code raised is prefixed with."""
+        return (self.error or "").partition(": ")[2] if self.raised else self.error or ""
+
+    @property
+    def function(self) -> str | None:
+        """The name of the reader's function the refused line is in (``"my_store"``)."""
+        return self.stack[0][0].rpartition(" in ")[2] if self.stack else None
+
+    @property
+    def at(self) -> str:
+        """The refused line in the reader's words: ``"`my_store` (cell 12, line 3: `mask[row] = True`),
+        called from `my_compress`"``. A place in source made by ``exec`` (``"<...>"``: notebook 03's
+        copy of the reader's notebook 01) has no line the reader can open, so only its code is shown."""
+        if not self.stack:
+            return ""
+        place, _, name = self.stack[0][0].rpartition(" in ")
+        line = f"`{self.code}`" if self.code else "its last line"
+        text = f"`{name}` ({place}: {line})" if place and not place.startswith("<") else f"`{name}` ({line})"
+        return "".join([text, *(f", called from `{w.rpartition(' in ')[2]}`" for w, _ in self.stack[1:])])
 
 
-def capture(fn, *, warmup_iters: int = 1) -> Captured:
-    """Warm ``fn()`` up eagerly, then capture one call of it in a :class:`~c2graph.graphs.graph.Graph`."""
+def capture_yours(fn, *, warmup_iters: int = 1) -> Captured:
+    """Warm ``fn()`` up eagerly, then capture one call of it in a :class:`~c2graph.graphs.graph.Graph`.
+
+    A capture refused with a ``RuntimeError`` (what CUDA and torch raise) comes back as a
+    :class:`Captured` that says why and where; any other error, and any error of the warm-up,
+    is raised."""
     warmup(fn, warmup_iters)
-    graph, out, inside = Graph(), None, None
+    graph = Graph()
     try:
-        with graph.capture():
-            try:
-                out = fn()
-            except RuntimeError as e:  # refused inside; the end of the capture may raise its own error
-                inside = e
-    except RuntimeError as e:
-        inside = inside or e
-    if inside is None:
-        return Captured(graph, out)
-    return Captured(None, None, str(inside).splitlines()[0], _where(inside))
-
-
-_GRAPHS_DIR = os.path.dirname(os.path.abspath(graphs_package.__file__)) + os.sep
-
-
-def _where(error: BaseException) -> str | None:
-    """The innermost line of the caller's code (not torch's, not the graph emulation's) in the traceback."""
-    ours = [f for f in traceback.extract_tb(error.__traceback__)
-            if f"{os.sep}torch{os.sep}" not in f.filename and not os.path.abspath(f.filename).startswith(_GRAPHS_DIR)]
-    return f"{ours[-1].name}: {ours[-1].line}" if ours else None
+        out = graph.capture_fn(fn, 0)  # warmed up above: an error of the warm-up is not a refusal
+    except RuntimeError:
+        record = graph.audit()
+        return Captured(None, None, record.refused, record.raised, record.refused_where, record.refused_code,
+                        record.refused_stack)
+    return Captured(graph, out)
 
 
 def refusal_words(captured: Captured) -> str:
-    """Why the capture refused the reader's function, in words that name the mistake, not the machine.
+    """Why the capture refused the reader's function, and at which of its lines, in words that name
+    the mistake, not the machine.
 
     A host copy reads, on a GPU, "Cannot copy between CPU and CUDA tensors ..." (and the CPU
     emulation refuses the same code the same way): on a laptop without CUDA those words mislead,
     so they are never shown; the mistake is named instead.
     """
-    at = f"at `{captured.where}`" if captured.where else "in your function"
-    first = captured.error or ""
+    at = f" {captured.at}" if captured.stack else ""
+    first = captured.message  # compared without a type name: a refusal is CUDA's or torch's text alone
     if first.startswith(UNPINNED_COPY.splitlines()[0]):
         kind = ("a copy between the host and the device: writing a Python value into a tensor element by "
                 "element (`mask[row] = True`) sends a host number to the device on a GPU (the CPU emulation "
@@ -99,7 +118,9 @@ def refusal_words(captured: Captured) -> str:
                 "boolean-mask indexing, whose result's size depends on the values)")
     else:
         kind = first
-    return (f"the capture refused your function {at}: {kind}. A graph replays no Python: a loop over the "
+    head = (f"your function{at} raised {captured.error} during the capture" if captured.raised
+            else f"the capture refused your function{at}: {kind}")
+    return (f"{head}. A graph replays no Python: a loop over the "
             "batch's requests or rows runs once, at capture, and every replay would repeat the capture's batch. "
             "Compute it with tensor ops of fixed shape (`torch.where` over every row) on the per-row tensors "
             "(`batch.pos`, `batch.req`, `batch.raw_out_loc`)")

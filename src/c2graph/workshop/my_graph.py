@@ -33,10 +33,11 @@ from ..compressor.source_layer import SourceLayer, project
 from ..compressor.torch_path import compress_torch, park
 from ..measure.compare import Comparison, compare, compare_pools
 from .check import CheckResult, run_check
-from .compressor import (
+from .practice import (
     HAND_MADE_WORDS,
+    Captured,
     StaticBatch,
-    capture,
+    capture_yours,
     check_rng,
     figure_of,
     practice_batches,
@@ -50,23 +51,23 @@ from .my_compressor import my_store
 
 @dataclass
 class ReplayReport:
-    """What :func:`replay_against_eager` saw: the capture's refusal (``error``, ``where``), or for
-    each batch (its requests) the comparisons of both caches and the ring with eager."""
+    """What :func:`replay_against_eager` saw: the capture's refusal (``refused``: why, at which
+    line of which function), or for each batch (its requests) the comparisons of both caches and
+    the ring with eager."""
 
-    error: str | None = None
-    where: str | None = None
+    refused: Captured | None = None
     batches: list[tuple[list, list[Comparison]]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.error is None and all(all(c) for _, c in self.batches)
+        return self.refused is None and all(all(c) for _, c in self.batches)
 
     def __bool__(self) -> bool:
         return self.ok
 
     def __str__(self) -> str:
-        if self.error:
-            return f"the capture refused it, in {self.where}:\n  {self.error}"
+        if self.refused is not None:
+            return f"the capture refused it, in {self.refused.at or 'your function'}:\n  {self.refused.error}"
         lines = []
         for requests, comparisons in self.batches:
             lines.append(f"replay of {requests}:")
@@ -91,9 +92,9 @@ def replay_against_eager(compress_fn, batches, *, bucket: int = 16, request_slot
     eager_pools = graph_pools.clone()
     static = StaticBatch(bucket, request_slots, device=DEFAULT_DEVICE)
     x = torch.zeros(bucket, cfg.hidden, dtype=torch.bfloat16, device=DEFAULT_DEVICE)
-    got = capture(lambda: compress_fn(layer, x, static.batch, graph_pools))
+    got = capture_yours(lambda: compress_fn(layer, x, static.batch, graph_pools))
     if got.error:
-        return ReplayReport(got.error, got.where)
+        return ReplayReport(got)
     report = ReplayReport()
     for i, requests in enumerate(batches):
         batch = ExtendBatch.build(requests, alloc, request_slots=request_slots, pad_to=bucket)
@@ -194,7 +195,7 @@ def _diff_ring(got: torch.Tensor, want: torch.Tensor, batch: ExtendBatch, rows: 
 def _graph_phase(cfg, rng, state, capture_fn, load_inputs, run_eager, differs, bucket=16, slots=4):
     """Capture once on the dummy batch, then replay on the practice batches against ``run_eager``."""
     static = StaticBatch(bucket, slots, device=DEFAULT_DEVICE)
-    got = capture(lambda: capture_fn(static.batch))
+    got = capture_yours(lambda: capture_fn(static.batch))
     if got.error:
         return [(False, refusal_words(got))]
     replays = practice_batches(cfg, rng, 8, bucket=bucket, request_slots=slots)
