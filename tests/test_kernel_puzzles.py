@@ -1,12 +1,14 @@
 """Notebook 02's Triton puzzles: each check passes the notebook's solution, reports the student
 copy's stub as not written yet, and names the mistake of each plausible wrong answer.
 
-The wrong answers are written here as the reader would write them, each a small change of the
-solution; each check must say what was wrong (which row, never written or written wrong, why).
+The wrong answers are the mistakes a reader makes, each written as the solution with that one
+change (:func:`one_change`: the pieces of source it replaces, beside what the reader wrote); each
+check must say what was wrong (which row, never written or written wrong, why).
 """
 
 from __future__ import annotations
 
+import inspect
 import linecache
 from pathlib import Path
 
@@ -28,6 +30,22 @@ from c2graph.workshop.student import find_exercises, stub_source
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_the_fused_kernel.ipynb"
 
 
+def one_change(solution, name: str, changes: list[tuple[str, str]]):
+    """A wrong answer: ``solution``'s source with each ``(old, new)`` piece of its body changed (each
+    piece found exactly once), compiled as the ``@triton.jit`` function ``name``, its source kept
+    where Triton and the checks read it (as a notebook cell's is)."""
+    source = inspect.getsource(getattr(solution, "fn", solution))
+    for old, new in changes:
+        assert source.count(old) == 1, (name, old)
+        source = source.replace(old, new)
+    source = source.replace(f"def {solution.fn.__name__}(", f"def {name}(", 1)
+    filename = f"<wrong answer {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    namespace = {"triton": triton, "tl": tl}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace[name]
+
+
 # --- puzzle 1: the rows a request owns ----------------------------------------------------------------
 
 
@@ -42,47 +60,28 @@ def row_slots(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexp
     tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
 
 
-@triton.jit
-def row_slots_unmasked_offsets(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    s = tl.arange(0, S_PAD)
-    starts = tl.load(offsets_ptr + s)
-    ends = starts + tl.load(offsets_ptr + request_slots + s)
-    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
-    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+row_slots_unmasked_offsets = one_change(row_slots, "row_slots_unmasked_offsets", [
+    ('    real = s < request_slots\n    starts = tl.load(offsets_ptr + s, mask=real, other=0)\n    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)',
+     '    starts = tl.load(offsets_ptr + s)\n    ends = starts + tl.load(offsets_ptr + request_slots + s)'),
+])
 
 
-@triton.jit
-def row_slots_end_included(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    s = tl.arange(0, S_PAD)
-    real = s < request_slots
-    starts = tl.load(offsets_ptr + s, mask=real, other=0)
-    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
-    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] <= ends[None, :])
-    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+row_slots_end_included = one_change(row_slots, "row_slots_end_included", [
+    ('    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])',
+     '    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] <= ends[None, :])'),
+])
 
 
-@triton.jit
-def row_slots_store_unmasked(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    s = tl.arange(0, S_PAD)
-    real = s < request_slots
-    starts = tl.load(offsets_ptr + s, mask=real, other=0)
-    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
-    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
-    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1))
+row_slots_store_unmasked = one_change(row_slots, "row_slots_store_unmasked", [
+    ('    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)',
+     '    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1))'),
+])
 
 
-@triton.jit
-def row_slots_first_block_only(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    rows = tl.arange(0, BLOCK)  # program_id forgotten: every program writes rows 0 to BLOCK - 1
-    s = tl.arange(0, S_PAD)
-    real = s < request_slots
-    starts = tl.load(offsets_ptr + s, mask=real, other=0)
-    ends = starts + tl.load(offsets_ptr + request_slots + s, mask=real, other=0)
-    inside = (starts[None, :] <= rows[:, None]) & (rows[:, None] < ends[None, :])
-    tl.store(slot_ptr + rows, tl.max(tl.where(inside, s[None, :], -1), axis=1), mask=rows < num_rows)
+row_slots_first_block_only = one_change(row_slots, "row_slots_first_block_only", [
+    ('    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)',
+     '    rows = tl.arange(0, BLOCK)  # program_id forgotten: every program writes rows 0 to BLOCK - 1'),
+])
 
 
 # --- puzzle 2: a masked gather of partner rows ----------------------------------------------------------
@@ -103,59 +102,34 @@ def gather_partners(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out
     tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
 
 
-@triton.jit
-def partners_ring_at_pos(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
-                         D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inside = rows < num_rows
-    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
-    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
-    pos = tl.load(pos_ptr + rows, mask=group, other=1)
-    req = tl.load(req_ptr + rows, mask=group, other=0)
-    src = tl.where(first, ring_ptr + (req * RING + pos % RING) * D, x_ptr + (rows - 1) * D)
-    cols = tl.arange(0, D)
-    m = group[:, None]
-    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+partners_ring_at_pos = one_change(gather_partners, "partners_ring_at_pos", [
+    ('    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)',
+     '    src = tl.where(first, ring_ptr + (req * RING + pos % RING) * D, x_ptr + (rows - 1) * D)'),
+])
 
 
-@triton.jit
-def partners_always_previous(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
-                             D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inside = rows < num_rows
-    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
-    cols = tl.arange(0, D)
-    m = group[:, None]
-    prev = tl.load(x_ptr + (rows - 1)[:, None] * D + cols[None, :], mask=m)
-    tl.store(out_ptr + rows[:, None] * D + cols[None, :], prev, mask=m)
+partners_always_previous = one_change(gather_partners, "partners_always_previous", [
+    ('    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0\n    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0\n    pos = tl.load(pos_ptr + rows, mask=group, other=1)\n    req = tl.load(req_ptr + rows, mask=group, other=0)\n    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)',
+     '    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0'),
+    ('    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)',
+     '    prev = tl.load(x_ptr + (rows - 1)[:, None] * D + cols[None, :], mask=m)\n    tl.store(out_ptr + rows[:, None] * D + cols[None, :], prev, mask=m)'),
+])
 
 
-@triton.jit
-def partners_every_row(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
-                       D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    inside = rows < num_rows
-    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
-    pos = tl.load(pos_ptr + rows, mask=inside, other=1)
-    req = tl.load(req_ptr + rows, mask=inside, other=0)
-    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
-    cols = tl.arange(0, D)
-    m = inside[:, None]
-    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+partners_every_row = one_change(gather_partners, "partners_every_row", [
+    ('    inside = rows < num_rows\n    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0',
+     '    inside = rows < num_rows'),
+    ('    pos = tl.load(pos_ptr + rows, mask=group, other=1)\n    req = tl.load(req_ptr + rows, mask=group, other=0)',
+     '    pos = tl.load(pos_ptr + rows, mask=inside, other=1)\n    req = tl.load(req_ptr + rows, mask=inside, other=0)'),
+    ('    m = group[:, None]',
+     '    m = inside[:, None]'),
+])
 
 
-@triton.jit
-def partners_unmasked_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
-                           D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    group = tl.load(group_ptr + rows) != 0
-    first = tl.load(first_ptr + rows) != 0
-    pos = tl.load(pos_ptr + rows, mask=group, other=1)
-    req = tl.load(req_ptr + rows, mask=group, other=0)
-    src = tl.where(first, ring_ptr + (req * RING + (pos - 1) % RING) * D, x_ptr + (rows - 1) * D)
-    cols = tl.arange(0, D)
-    m = group[:, None]
-    tl.store(out_ptr + rows[:, None] * D + cols[None, :], tl.load(src[:, None] + cols[None, :], mask=m), mask=m)
+partners_unmasked_rows = one_change(gather_partners, "partners_unmasked_rows", [
+    ('    inside = rows < num_rows\n    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0\n    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0',
+     '    group = tl.load(group_ptr + rows) != 0\n    first = tl.load(first_ptr + rows) != 0'),
+])
 
 
 # --- puzzle 3: a row sum in a fixed order -----------------------------------------------------------------
@@ -236,117 +210,42 @@ def park(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request
         tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
 
 
-@triton.jit
-def park_every_request(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                       D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    j, cols = tl.arange(0, RING), tl.arange(0, D)
-    for r in range(0, request_slots):  # every program parks every request
-        start = tl.load(offsets_ptr + r)
-        count = tl.load(offsets_ptr + request_slots + r)
-        n_park = tl.minimum(count, RING)
-        src = start + count - n_park + j
-        ok = j < n_park
-        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
-        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
-        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+park_every_request = one_change(park, "park_every_request", [
+    ('    b = tl.program_id(0)\n    s = tl.arange(0, S_PAD)\n    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)\n    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)\n    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)',
+     ''),
+    ('    for r in range(lo, hi):',
+     '    for r in range(0, request_slots):  # every program parks every request'),
+])
 
 
-@triton.jit
-def park_without_min(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                     D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    b = tl.program_id(0)
-    s = tl.arange(0, S_PAD)
-    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    j, cols = tl.arange(0, RING), tl.arange(0, D)
-    for r in range(lo, hi):
-        start = tl.load(offsets_ptr + r)
-        count = tl.load(offsets_ptr + request_slots + r)
-        src = start + count - RING + j  # a request of one row parks the row before it too
-        ok = j < RING
-        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
-        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
-        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+park_without_min = one_change(park, "park_without_min", [
+    ('        n_park = tl.minimum(count, RING)\n        src = start + count - n_park + j\n        ok = j < n_park',
+     '        src = start + count - RING + j  # a request of one row parks the row before it too\n        ok = j < RING'),
+])
 
 
-@triton.jit
-def park_first_rows(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                    D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    b = tl.program_id(0)
-    s = tl.arange(0, S_PAD)
-    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    j, cols = tl.arange(0, RING), tl.arange(0, D)
-    for r in range(lo, hi):
-        start = tl.load(offsets_ptr + r)
-        count = tl.load(offsets_ptr + request_slots + r)
-        src = start + j  # the request's first rows, not its last
-        ok = j < tl.minimum(count, RING)
-        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
-        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
-        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+park_first_rows = one_change(park, "park_first_rows", [
+    ('        n_park = tl.minimum(count, RING)\n        src = start + count - n_park + j\n        ok = j < n_park',
+     "        src = start + j  # the request's first rows, not its last\n        ok = j < tl.minimum(count, RING)"),
+])
 
 
-@triton.jit
-def park_unmasked_first_pairs(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                              D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    b = tl.program_id(0)
-    first_pair = tl.load(first_pair_ptr + tl.arange(0, S_PAD))  # reads S_PAD - request_slots values past the table
-    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    j, cols = tl.arange(0, RING), tl.arange(0, D)
-    for r in range(lo, hi):
-        start = tl.load(offsets_ptr + r)
-        count = tl.load(offsets_ptr + request_slots + r)
-        n_park = tl.minimum(count, RING)
-        src = start + count - n_park + j
-        ok = j < n_park
-        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
-        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
-        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+park_unmasked_first_pairs = one_change(park, "park_unmasked_first_pairs", [
+    ('    s = tl.arange(0, S_PAD)\n    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)',
+     '    first_pair = tl.load(first_pair_ptr + tl.arange(0, S_PAD))  # reads S_PAD - request_slots values past the table'),
+])
 
 
-@triton.jit
-def park_at_partner_row(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                        D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    b = tl.program_id(0)
-    s = tl.arange(0, S_PAD)
-    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    j, cols = tl.arange(0, RING), tl.arange(0, D)
-    for r in range(lo, hi):
-        start = tl.load(offsets_ptr + r)
-        count = tl.load(offsets_ptr + request_slots + r)
-        n_park = tl.minimum(count, RING)
-        src = start + count - n_park + j
-        ok = j < n_park
-        pos = tl.load(pos_ptr + src, mask=ok, other=0)
-        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + (pos - 1) % RING  # the partner's place
-        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
-        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])
+park_at_partner_row = one_change(park, "park_at_partner_row", [
+    ('        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING',
+     "        pos = tl.load(pos_ptr + src, mask=ok, other=0)\n        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + (pos - 1) % RING  # the partner's place"),
+])
 
 
-@triton.jit
-def park_store_unmasked(x_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, first_pair_ptr, request_slots,
-                        D: tl.constexpr, RING: tl.constexpr, GROUPS_PER_BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    b = tl.program_id(0)
-    s = tl.arange(0, S_PAD)
-    first_pair = tl.load(first_pair_ptr + s, mask=s < request_slots, other=2**30)
-    lo = tl.sum((first_pair < b * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    hi = tl.sum((first_pair < (b + 1) * GROUPS_PER_BLOCK).to(tl.int32), axis=0)
-    j, cols = tl.arange(0, RING), tl.arange(0, D)
-    for r in range(lo, hi):
-        start = tl.load(offsets_ptr + r)
-        count = tl.load(offsets_ptr + request_slots + r)
-        n_park = tl.minimum(count, RING)
-        src = start + count - n_park + j
-        ok = j < n_park
-        dst = tl.load(req_ptr + src, mask=ok, other=0) * RING + tl.load(pos_ptr + src, mask=ok, other=0) % RING
-        rows = tl.load(x_ptr + src[:, None] * D + cols[None, :], mask=ok[:, None])
-        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows)  # no j < n_park on the store
+park_store_unmasked = one_change(park, "park_store_unmasked", [
+    ('        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows, mask=ok[:, None])',
+     '        tl.store(ring_ptr + dst[:, None] * D + cols[None, :], rows)  # no j < n_park on the store'),
+])
 
 
 @triton.jit

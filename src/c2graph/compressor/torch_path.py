@@ -200,10 +200,14 @@ def compress_steps(
     pools: Pools,
     *,
     latent_out: torch.Tensor,
+    finish=finish,
+    index_key=index_key,
 ) -> torch.Tensor:
     """The steps of :func:`compress_torch`, one line each, with no argument checks: what
     ``torch.compile`` traces for the benchmark (a check that asks where a tensor lives would break
-    its graph). ``latent_out``: ``[T, D]`` bf16, written on group rows; returns it."""
+    its graph). ``latent_out``: ``[T, D]`` bf16, written on group rows; returns it. ``finish`` and
+    ``index_key`` are the two steps that reduce (in float64 here); the benchmark's fp32 port
+    passes its own."""
     cfg = layer.cfg
     kv_prev, score_prev = pair_partners(kv, score, batch, pools.ring, cfg.ring_size)
     pooled = gate(kv_prev, score_prev, kv, score)

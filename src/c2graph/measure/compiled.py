@@ -17,7 +17,8 @@ import torch
 from ..compressor.batch import ExtendBatch
 from ..compressor.pools import Pools
 from ..compressor.source_layer import SourceLayer
-from ..compressor.torch_path import compress_steps, gate, pair_partners, park, rope
+from ..compressor.torch_path import compress_steps, rope
+
 
 def rms_norm_fp32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """RMSNorm over the last dim, reduced in fp32, rounded to bf16. ``x``: ``[T, N]`` bf16, ``weight``: ``[N]`` bf16."""
@@ -25,16 +26,20 @@ def rms_norm_fp32(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
     return (p * torch.rsqrt(p.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(torch.bfloat16)
 
 
-def compress_torch_fp32(
-    layer: SourceLayer,
-    kv: torch.Tensor,
-    score: torch.Tensor,
-    batch: ExtendBatch,
-    pools: Pools,
-    *,
-    latent_out: torch.Tensor,
-) -> torch.Tensor:
-    """The torch path with fp32 reductions and a bf16 index-key GEMM; otherwise :func:`compress_torch`.
+def finish_fp32(pooled: torch.Tensor, norm_w: torch.Tensor, eps: float) -> torch.Tensor:
+    """``pooled`` rounded to bf16, then RMSNorm reduced in fp32: the pre-RoPE latent, ``[T, D]`` bf16."""
+    return rms_norm_fp32(pooled.to(torch.bfloat16), norm_w, eps)
+
+
+def index_key_fp32(latent: torch.Tensor, layer: SourceLayer, group_pos: torch.Tensor) -> torch.Tensor:
+    """The index key with a bf16 GEMM (fp32 accumulation) and an fp32 RMSNorm, then RoPE."""
+    return rope(rms_norm_fp32(latent @ layer.wk.T, layer.k_norm_w, layer.cfg.eps), group_pos, layer.inv_freq)
+
+
+def compress_torch_fp32(layer: SourceLayer, kv: torch.Tensor, score: torch.Tensor, batch: ExtendBatch, pools: Pools,
+                        *, latent_out: torch.Tensor) -> torch.Tensor:
+    """The torch path's steps with fp32 reductions and a bf16 index-key GEMM (:func:`finish_fp32`,
+    :func:`index_key_fp32`); otherwise :func:`~c2graph.compressor.torch_path.compress_steps`.
 
     ``kv``, ``score``: ``[T, D]`` fp32; ``latent_out``: ``[T, D]`` bf16, written on group rows.
     Writes ``pools.kv_cache``, ``pools.index_k`` (c2 slot 0 takes the unwanted stores) and the ring.
@@ -43,16 +48,8 @@ def compress_torch_fp32(
     may depend on how many rows share a launch. No argument checks: the benchmark builds its
     arguments with the checked torch path's own helpers.
     """
-    cfg = layer.cfg
-    kv_prev, score_prev = pair_partners(kv, score, batch, pools.ring, cfg.ring_size)
-    latent = rms_norm_fp32(gate(kv_prev, score_prev, kv, score).to(torch.bfloat16), layer.norm_w, cfg.eps)
-    group_pos = batch.pos - batch.pos % 2
-    key = rms_norm_fp32(latent @ layer.wk.T, layer.k_norm_w, cfg.eps)  # bf16 GEMM, fp32 accumulation
-    pools.index_k[batch.c2_slot] = rope(key, group_pos, layer.inv_freq)
-    pools.kv_cache[batch.c2_slot] = rope(latent, group_pos, layer.inv_freq)
-    latent_out.copy_(torch.where((batch.c2_slot != 0)[:, None], latent, latent_out))
-    park(pools.ring, kv, score, batch, cfg.ring_size)
-    return latent_out
+    return compress_steps(layer, kv, score, batch, pools, latent_out=latent_out, finish=finish_fp32,
+                          index_key=index_key_fp32)
 
 
 VARIANTS = {"float64 reductions": compress_steps, "fp32 reductions": compress_torch_fp32}
