@@ -296,7 +296,7 @@ def test_the_check_of_stated_numbers_names_a_stale_one():
     wrong = disagreements("05_performance.ipynb", [(7, "output", line, True)])
     assert len(wrong) == 1 and wrong[0].startswith("05_performance.ipynb, cell 7 (counted from 0), output: states ")
     assert f"{fused + 1:.0f} µs at 2048 rows" in wrong[0] and "the closest stored value is fused" in wrong[0]
-    prose = f"The fused kernel replays in {fused + 3:.1f} µs at 2048 rows; the torch path in about 9 µs."
+    prose = f"The fused kernel replays in {fused + 3:.1f} µs at 2048 rows; the torch path in about 90000 µs."
     assert len(disagreements("05_performance.ipynb", [(3, "markdown", prose, False)])) == 2
 
 
@@ -346,10 +346,21 @@ def test_every_claim_about_every_bucket_is_a_known_one_and_holds():
 
 
 def test_a_false_claim_about_every_bucket_is_caught():
+    """The claims exclude each other, and a run in which the float64 variant wins one bucket makes
+    "every bucket" false (05 once said so of a run where it did)."""
     data = stored_numbers.load(NEWEST) if NEWEST else None
     if data is None:
         pytest.skip("no stored GPU results")
-    assert not BUCKET_CLAIMS["the fp32 port is the faster variant at every bucket"](data)  # 05 once said so
+    every, large = (BUCKET_CLAIMS[f"the fp32 port is the faster variant at {which}"]
+                    for which in ("every bucket", "the two large buckets"))
+    assert not (every(data) and large(data))
+    forged = json.loads(json.dumps(data))
+    smallest = min(c["rows"] for c in forged["cases"])
+    for r in forged["records"]:
+        if r["path"] == "compiled" and r["rows"] == smallest and r["variant"] == "float64 reductions":
+            r["median_us"] = 0.5 * min(x["median_us"] for x in forged["records"]
+                                       if x["path"] == "compiled" and x["rows"] == smallest)
+    assert not every(forged)
 
 
 def test_a_ratio_in_words_is_checked_against_the_stored_run():
@@ -459,7 +470,7 @@ def test_every_about_n_launches_is_the_torch_paths_count_rounded():
         texts = prose()
         quoted = [int(next(g for g in m.groups() if g))
                   for name in ("notebooks/INSTRUCTOR.md", "03_cuda_graphs_and_broken_offsets.ipynb", "README.md")
-                  for m in re.finditer(r"(\d+) is the README's profiler count|README's H200 table says (\d+)"
+                  for m in re.finditer(r"(\d+) is the README's profiler count|README's GPU table says (\d+)"
                                        r"|one kernel against (\d+)", texts[name])]
         assert len(quoted) == 3 and set(quoted) == kernels, (quoted, kernels)
 
