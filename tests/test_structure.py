@@ -135,13 +135,31 @@ def test_no_module_over_max_lines(name):
     assert lines <= MAX_LINES, f"{name} has {lines} lines; expected at most {MAX_LINES}"
 
 
-@pytest.mark.parametrize("room", ["compressor", "graphs", "prefill", "measure", "workshop"])
+@pytest.mark.parametrize("room", ["compressor", "graphs", "prefill", "measure", "pictures", "workshop"])
 def test_a_rooms_page_names_each_of_its_modules(room):
     """The room's ``__init__`` docstring lists every module in it (``:mod:`.name```)."""
     folder = PACKAGE / room
     page = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
     missing = [p.stem for p in sorted(folder.glob("*.py")) if p.stem != "__init__" and f":mod:`.{p.stem}`" not in page]
     assert not missing, f"c2graph.{room}'s page does not name {missing}"
+
+
+MIRRORS = {"gate", "rms_norm", "rope", "ring_row", "main"}
+"""Names two modules may both define: a torch-path step and the kernel stage that computes the same
+thing (``torch_path`` / ``fused_math``, ``ring`` / ``fused_rows``), and the ``main`` of each command."""
+
+
+def test_one_name_per_concept():
+    """A public function or class is defined in one module only (``capture`` once stood in three,
+    each for something else), but for the mirrors."""
+    defined: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                defined.setdefault(node.name, []).append(name)
+    twice = {n: where for n, where in defined.items() if len(where) > 1 and n not in MIRRORS}
+    assert not twice, twice
+    assert set(MIRRORS) <= set(defined), "a mirror no longer exists: take it off the list"
 
 
 def test_a_circle_and_an_arrow_up_are_seen():

@@ -256,7 +256,7 @@ def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
         if captures[-1].refused:
             break
     after = tuple(f"after {_name(load, f'loads[{i}]')}" for i, load in enumerate(loads))
-    return GraphAudit(f"audit of {_name(step, 'the step')}", after, captures, compare(captures))
+    return GraphAudit(f"audit of {_name(step, 'the step')}", after, captures, compare_captures(captures))
 
 
 def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor] | None = None, *,
@@ -279,7 +279,7 @@ def _name(fn, otherwise: str) -> str:
     return otherwise if "<lambda>" in name else f"{name}()"
 
 
-def compare(captures: list[CaptureRecord]) -> list[Flag]:
+def compare_captures(captures: list[CaptureRecord]) -> list[Flag]:
     """Every frozen thing that differs between the captures (the first refusal, where one was refused)."""
     refused = next((c for c in captures if c.refused), None)
     if refused is not None:

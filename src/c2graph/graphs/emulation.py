@@ -191,7 +191,7 @@ class _Capture(Recording):
             )
 
     def before_launch(self, tensors: list[torch.Tensor]) -> None:
-        self.state.check_launch()
+        self.state.check_still_valid()
         self.save_before_write(tensors)  # the kernel may write any tensor it is given
 
     def replay(self, func, args, kwargs, refresh: tuple = ()):

@@ -85,14 +85,14 @@ class CaptureState:
         self.failed = True
         raise RuntimeError(f"{NOT_PERMITTED}\n(emulated capture: {what})")
 
-    def check_launch(self) -> None:
+    def check_still_valid(self) -> None:
         """CUDA refuses every launch into an invalid capture."""
         if self.failed:
             raise RuntimeError(PREVIOUS_ERROR)
 
     def check_op(self, func, args, kwargs) -> None:
         """Refuse ``func(*args, **kwargs)`` where a CUDA capture refuses it (dispatch level)."""
-        self.check_launch()
+        self.check_still_valid()
         if torch.Tag.data_dependent_output in func.tags:
             self.refuse_sync(f"{func} reads a tensor's value on the host")
         if func in _INDEX_PUT:
