@@ -34,7 +34,7 @@ from ..compressor.torch_path import compress_torch, finish, gate
 from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
-from .launch import kernel_problem, launch, reported
+from .launch import check_on_puzzles, kernel_problem, launch, reported
 
 BLOCK, S_PAD = 8, 8
 """Rows a program, and lanes of request slots (``request_slots`` rounded up to a power of two)."""
@@ -257,32 +257,26 @@ def check_compressor(fn, seed: int = 0) -> CheckResult:
     rows must be within ``2**-6`` of the torch path's, every other row of ``latent`` untouched
     (poisoned), and the ring bitwise the torch path's.
     """
-    def cases():
-        problem = kernel_problem(fn, COMPRESSOR)
-        if problem:
-            return [(False, problem)]
-        results = []
-        for p in puzzles.puzzles(seed):
-            run = Run(p, seed)
-            latent, ring = run.launch(fn)
-            T, groups = run.batch.num_rows, set(run.batch.group_rows)
-            got, want = latent.float(), run.want.float()
-            wrong = [r for r in range(T) if (r in groups and not torch.allclose(got[r], want[r], rtol=TOL, atol=TOL))
-                     or (r not in groups and not bool((got[r] == POISON).all()))]
-            past = [r for r in range(T, T + BLOCK) if not bool((got[r] == POISON).all())]
-            ring_wrong = _ring_mistake(run, ring)
-            if wrong:
-                results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                                       f"{_latent_mistake(run, wrong[0], got[wrong[0]])}"))
-            elif past:
-                results.append((False, f"{p.what}: latent[{past[0]}] was written, past the last row ({T} rows): "
-                                       "mask the store with the group rows, which lie inside the requests"))
-            elif ring_wrong:
-                results.append((False, f"{p.what}: the latents are right, but {ring_wrong}"))
-            else:
-                results.append((True, f"{p.what}: the latents of {plural(len(groups), 'group row')} within 2**-6 "
-                                      f"of the torch path, the other {plural(T - len(groups), 'row')} untouched, the "
-                                      "ring bitwise the same"))
-        return results
+    def one(p) -> tuple[bool, str]:
+        run = Run(p, seed)
+        latent, ring = run.launch(fn)
+        T, groups = run.batch.num_rows, set(run.batch.group_rows)
+        got, want = latent.float(), run.want.float()
+        wrong = [r for r in range(T) if (r in groups and not torch.allclose(got[r], want[r], rtol=TOL, atol=TOL))
+                 or (r not in groups and not bool((got[r] == POISON).all()))]
+        past = [r for r in range(T, T + BLOCK) if not bool((got[r] == POISON).all())]
+        ring_wrong = _ring_mistake(run, ring)
+        if wrong:
+            return (False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
+                           f"{_latent_mistake(run, wrong[0], got[wrong[0]])}")
+        elif past:
+            return (False, f"{p.what}: latent[{past[0]}] was written, past the last row ({T} rows): "
+                           "mask the store with the group rows, which lie inside the requests")
+        elif ring_wrong:
+            return (False, f"{p.what}: the latents are right, but {ring_wrong}")
+        else:
+            return (True, f"{p.what}: the latents of {plural(len(groups), 'group row')} within 2**-6 "
+                          f"of the torch path, the other {plural(T - len(groups), 'row')} untouched, the "
+                          "ring bitwise the same")
 
-    return run_check("my_compressor (assembly, step 2)", reported(cases))
+    return check_on_puzzles("my_compressor (assembly, step 2)", fn, COMPRESSOR, seed, one)

@@ -32,7 +32,7 @@ from ..compressor.pools import POISON
 from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
-from .launch import kernel_problem, launch, name_of, reported
+from .launch import check_on_puzzles, kernel_problem, launch, name_of, reported
 
 BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
 """The puzzles' sizes: rows a program, lanes of request slots, and the row sum's ``[16, 32]`` tile."""
@@ -163,32 +163,26 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
     its end. Says which row, never written
     or written wrong, and why.
     """
-    def cases():
-        problem = kernel_problem(fn, ROW_SLOTS)
-        if problem:
-            return [(False, problem)]
-        results = []
-        for p in puzzles.puzzles(seed):
-            S, T = p.request_slots, p.num_rows
-            offsets = torch.full((2 * S + S_PAD,), 1000, dtype=torch.int32)
-            offsets[:2 * S] = p.offsets().flatten()
-            out = _dev(torch.full((T + BLOCK,), INT_POISON, dtype=torch.int32))
-            launch(fn, (triton.cdiv(T, BLOCK),), _dev(offsets), out, T, S, BLOCK=BLOCK, S_PAD=S_PAD)
-            got, want = out.cpu().tolist(), p.slots().tolist()
-            wrong = [r for r in range(T) if got[r] != want[r]]
-            past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
-            if wrong:
-                r = _first_mistake(wrong, got, S)
-                results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                                       f"{_slot_mistake(p, r, got[r], want[r], BLOCK)}"))
-            elif past:
-                results.append((False, f"{p.what}: slot[{past[0]}] was written, past the last row ({T} rows): "
-                                       "mask the store with rows < num_rows"))
-            else:
-                results.append((True, f"{p.what}: all {T} rows right, nothing written past them"))
-        return results
+    def one(p) -> tuple[bool, str]:
+        S, T = p.request_slots, p.num_rows
+        offsets = torch.full((2 * S + S_PAD,), 1000, dtype=torch.int32)
+        offsets[:2 * S] = p.offsets().flatten()
+        out = _dev(torch.full((T + BLOCK,), INT_POISON, dtype=torch.int32))
+        launch(fn, (triton.cdiv(T, BLOCK),), _dev(offsets), out, T, S, BLOCK=BLOCK, S_PAD=S_PAD)
+        got, want = out.cpu().tolist(), p.slots().tolist()
+        wrong = [r for r in range(T) if got[r] != want[r]]
+        past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
+        if wrong:
+            r = _first_mistake(wrong, got, S)
+            return (False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
+                           f"{_slot_mistake(p, r, got[r], want[r], BLOCK)}")
+        elif past:
+            return (False, f"{p.what}: slot[{past[0]}] was written, past the last row ({T} rows): "
+                           "mask the store with rows < num_rows")
+        else:
+            return (True, f"{p.what}: all {T} rows right, nothing written past them")
 
-    return run_check("row_slots (puzzle 1)", reported(cases))
+    return check_on_puzzles("row_slots (puzzle 1)", fn, ROW_SLOTS, seed, one)
 
 
 # --- puzzle 2 ---------------------------------------------------------------------------------------
@@ -204,38 +198,32 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
     it is, so a wrong row is named: which one was copied, and which was expected. Rows before and
     after ``x`` and past the ring are guards that name a read out of bounds; ``out`` is poisoned.
     """
-    def cases():
-        problem = kernel_problem(fn, PARTNERS)
-        if problem:
-            return [(False, problem)]
-        results = []
-        for p in puzzles.puzzles(seed):
-            T, x, ring = p.num_rows, puzzles.named_x(p.num_rows), puzzles.named_ring()
-            tail = torch.ones(BLOCK, dtype=torch.int64)  # past the last row: odd pos, a group, as if real
-            no = torch.zeros(BLOCK, dtype=torch.bool)
-            meta = [torch.cat([p.batch.pos, tail]), torch.cat([p.batch.req, 0 * tail]),
-                    torch.cat([p.first(), no]), torch.cat([p.group(), ~no])]  # first and group: bool
-            out = _dev(torch.full((T + BLOCK, puzzles.D), POISON))
-            launch(fn, (triton.cdiv(T, BLOCK),), _dev(x)[1:], _dev(ring), *map(_dev, meta), out, T,
-                    D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK)
-            got, want = out.cpu(), p.partner_source()
-            expect = [None if w is None else x[w[1] + 1] if w[0] == "row" else ring[w[1]] for w in want]
-            wrong = [r for r in range(T) if (expect[r] is None and not bool((got[r] == POISON).all()))
-                     or (expect[r] is not None and not torch.equal(got[r], expect[r]))]
-            past = [i for i in range(T, T + BLOCK) if not bool((got[i] == POISON).all())]
-            if wrong:
-                results.append((False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                                       f"{_partner_mistake(p, wrong[0], got[wrong[0]])}"))
-            elif past:
-                results.append((False, f"{p.what}: out[{past[0]}] was written, past the last row ({T} rows): "
-                                       "mask the loads and the store with rows < num_rows"))
-            else:
-                n = sum(w is not None for w in want)
-                results.append((True, f"{p.what}: the partners of {plural(n, 'group row')} right, the other "
-                                      f"{plural(T - n, 'row')} untouched"))
-        return results
+    def one(p) -> tuple[bool, str]:
+        T, x, ring = p.num_rows, puzzles.named_x(p.num_rows), puzzles.named_ring()
+        tail = torch.ones(BLOCK, dtype=torch.int64)  # past the last row: odd pos, a group, as if real
+        no = torch.zeros(BLOCK, dtype=torch.bool)
+        meta = [torch.cat([p.batch.pos, tail]), torch.cat([p.batch.req, 0 * tail]),
+                torch.cat([p.first(), no]), torch.cat([p.group(), ~no])]  # first and group: bool
+        out = _dev(torch.full((T + BLOCK, puzzles.D), POISON))
+        launch(fn, (triton.cdiv(T, BLOCK),), _dev(x)[1:], _dev(ring), *map(_dev, meta), out, T,
+                D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK)
+        got, want = out.cpu(), p.partner_source()
+        expect = [None if w is None else x[w[1] + 1] if w[0] == "row" else ring[w[1]] for w in want]
+        wrong = [r for r in range(T) if (expect[r] is None and not bool((got[r] == POISON).all()))
+                 or (expect[r] is not None and not torch.equal(got[r], expect[r]))]
+        past = [i for i in range(T, T + BLOCK) if not bool((got[i] == POISON).all())]
+        if wrong:
+            return (False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
+                           f"{_partner_mistake(p, wrong[0], got[wrong[0]])}")
+        elif past:
+            return (False, f"{p.what}: out[{past[0]}] was written, past the last row ({T} rows): "
+                           "mask the loads and the store with rows < num_rows")
+        else:
+            n = sum(w is not None for w in want)
+            return (True, f"{p.what}: the partners of {plural(n, 'group row')} right, the other "
+                          f"{plural(T - n, 'row')} untouched")
 
-    return run_check("gather_partners (puzzle 2)", reported(cases))
+    return check_on_puzzles("gather_partners (puzzle 2)", fn, PARTNERS, seed, one)
 
 
 # --- puzzle 3 ---------------------------------------------------------------------------------------
@@ -360,22 +348,14 @@ def check_park(fn, seed: int = 0) -> CheckResult:
     when the whole grid's ring would look right. Says which ring row, never written or written
     wrong, and which row it holds.
     """
-    def cases():
-        problem = kernel_problem(fn, PARK)
-        if problem:
-            return [(False, problem)]
-        results = []
-        for p in puzzles.puzzles(seed):
-            programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS_PER_BLOCK)  # enough for any batch's pairs
-            for b in range(programs):
-                why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS_PER_BLOCK)
-                if why:
-                    launched = "only program 0" if b == 0 else f"programs 0 to {b}"
-                    results.append((False, f"{p.what}: with {launched} of {programs} launched, {why}"))
-                    break
-            else:
-                results.append((True, f"{p.what}: {plural(len(p.parked()), 'parked ring row')} right, each written by "
-                                      "its request's program alone, no other ring row"))
-        return results
+    def one(p) -> tuple[bool, str]:
+        programs = triton.cdiv((p.num_rows + p.request_slots) // 2 + 1, GROUPS_PER_BLOCK)  # enough for any batch's pairs
+        for b in range(programs):
+            why = _park_mistake(p, _park_launch(fn, p, b + 1), b + 1, GROUPS_PER_BLOCK)
+            if why:
+                launched = "only program 0" if b == 0 else f"programs 0 to {b}"
+                return (False, f"{p.what}: with {launched} of {programs} launched, {why}")
+        return (True, f"{p.what}: {plural(len(p.parked()), 'parked ring row')} right, each written by "
+                      "its request's program alone, no other ring row")
 
-    return run_check("park (puzzle 4)", reported(cases))
+    return check_on_puzzles("park (puzzle 4)", fn, PARK, seed, one)

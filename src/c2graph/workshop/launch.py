@@ -1,9 +1,10 @@
 """Launching a reader's ``@triton.jit`` function for a check, and saying what went wrong in the
 reader's terms: a stub's ``NotImplementedError`` as itself, a function of another signature named
 before it is launched (:func:`kernel_problem`), and an error raised inside Triton or torch by the
-reader's code at the reader's own line, with what to change (:func:`launch`). Notebook 02's
-puzzle checks (:mod:`c2graph.workshop.kernel`) and its assembly (:mod:`c2graph.workshop.assembly`)
-launch through it.
+reader's code at the reader's own line, with what to change (:func:`launch`), and the frame of
+every check that runs a reader's kernel on the puzzles' batches (:func:`check_on_puzzles`).
+Notebook 02's puzzle checks (:mod:`c2graph.workshop.kernel`) and its assembly
+(:mod:`c2graph.workshop.assembly`) launch through it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import inspect
 import traceback
 
 import triton
+
+from . import puzzles
+from .check import CheckResult, run_check
 
 
 def kernel_problem(fn, params: list[str]) -> str | None:
@@ -108,3 +112,17 @@ def reported(cases):
         except Failed as e:
             return [(False, str(e))]
     return run
+
+
+def check_on_puzzles(name: str, fn, params: list[str], seed: int, one) -> CheckResult:
+    """The check called ``name`` of a reader's kernel ``fn`` on the puzzles' batches: ``fn``'s
+    signature against ``params`` first (the difference named, nothing launched), then ``one(p)``,
+    ``(passed, words)``, on every batch of :func:`~c2graph.workshop.puzzles.puzzles` (``seed``); a
+    launch that fails is reported as a failed case, never raised."""
+    def cases():
+        problem = kernel_problem(fn, params)
+        if problem:
+            return [(False, problem)]
+        return [one(p) for p in puzzles.puzzles(seed)]
+
+    return run_check(name, reported(cases))
