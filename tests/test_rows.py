@@ -161,3 +161,21 @@ def test_program_plan_takes_the_kernels_blocks_for_the_layers_width():
     assert c2.program_plan(batch, wide.ring_size, groups_per_block=16) == plan
     with pytest.raises(ValueError, match="program_plan needs D"):
         c2.program_plan(batch, wide.ring_size)
+
+
+def test_a_padding_row_is_a_row_with_raw_out_loc_0_wherever_it_lies():
+    """One meaning of "padding row" (docs/design.md, the glossary): ``raw_out_loc == 0``. The rows past
+    the live rows are padding rows in no request; the dummy batch's are padding rows inside its one
+    request; a real batch has no padding row inside a request."""
+    from c2graph.prefill.static_batch import StaticBatch
+
+    alloc = c2.ReqToTokenPool(CFG, 3, 16, seed=1)
+    batch = c2.ExtendBatch.build([(0, 1, 4), (2, 0, 3)], alloc, pad_to=10, device="cpu")
+    plan = batch.plan(CFG.ring_size)
+    raw = batch.raw_out_loc.tolist()
+    assert [r.is_padding for r in plan.rows] == [v == 0 for v in raw] == [False] * 7 + [True] * 3
+    assert batch.live_rows == 7 and all(r.request_slot is None for r in plan.rows[batch.live_rows:])
+    dummy = StaticBatch(8, 2, device="cpu").batch
+    rows = dummy.plan(CFG.ring_size).rows
+    assert all(r.is_padding and r.request_slot == 0 for r in rows) and dummy.live_rows == 8
+    assert dummy.group_rows == [] and dummy.stored_slots == [] and dummy.parked_ring_rows(CFG.ring_size) == {}

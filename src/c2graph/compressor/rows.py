@@ -68,7 +68,7 @@ class RowPlan:
 
     @property
     def is_padding(self) -> bool:
-        """The row does nothing (``raw_out_loc == 0``): past the live rows, or in a padding request."""
+        """The row does nothing (``raw_out_loc == 0``): past the live rows, or in the dummy batch's request."""
         return self.partner is Partner.PADDING
 
     @property
