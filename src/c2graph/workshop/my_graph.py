@@ -192,10 +192,10 @@ def _diff_ring(got: torch.Tensor, want: torch.Tensor, batch: ExtendBatch, rows: 
     return bad, writers, _more(words[:3], len(words))
 
 
-def _graph_phase(cfg, rng, state, capture_fn, load_inputs, run_eager, differs, bucket=16, slots=4):
-    """Capture once on the dummy batch, then replay on the practice batches against ``run_eager``."""
+def _graph_phase(cfg, rng, state, step, load_inputs, run_eager, differs, bucket=16, slots=4):
+    """Capture ``step(batch)`` once on the dummy batch, then replay it on the practice batches against ``run_eager``."""
     static = StaticBatch(bucket, slots, device=DEFAULT_DEVICE)
-    got = capture_yours(lambda: capture_fn(static.batch))
+    got = capture_yours(lambda: step(static.batch))
     if got.error:
         return [(False, refusal_words(got))]
     replays = practice_batches(cfg, rng, 8, bucket=bucket, request_slots=slots)

@@ -25,7 +25,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from ..compressor.batch import ExtendBatch, Request
+from ..compressor.batch import ExtendBatch
 from ..compressor.config import Config
 from ..compressor.pools import POISON, Pools
 from ..compressor.req_to_token import ReqToTokenPool
