@@ -69,7 +69,7 @@ def test_widget_builds_without_a_browser(capsys):
 
 
 def test_the_widget_shows_the_notebooks_own_c2_slots_and_leaves_its_pool_alone(monkeypatch):
-    pytest.importorskip("ipywidgets")
+    pytest.importorskip("ipywidgets")  # a dependency: installed by `make test`, carried to the GPU host (.whl)
     alloc = c2.ReqToTokenPool(CFG, pool_requests=4, max_seq_len=64, seed=0)
     c2.ExtendBatch.build([(1, 0, 5), (2, 0, 12)], alloc)  # notebook 01's earlier batch, then its ragged one
     ragged = c2.ExtendBatch.build([(0, 0, 7), (1, 5, 6), (2, 12, 3)], alloc)

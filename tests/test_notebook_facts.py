@@ -280,6 +280,12 @@ ROW_COUNTS = {c["rows"] for p in STORED_FILES.values() for c in stored_numbers.l
 DOCS = documents() if NEWEST else []
 
 
+def test_a_stored_gpu_run_is_there():
+    """The skips below (no stored run: no number to be stale against) only serve a fork that drops
+    ``benchmarks/results/``; here a run is stored, so they never skip, and this fails if it goes."""
+    assert NEWEST is not None, "benchmarks/results/ holds no GPU run: `make bench` on a CUDA host stores one"
+
+
 @pytest.mark.skipif(NEWEST is None, reason="no stored GPU results: no notebook states a measured number")
 @pytest.mark.parametrize("name, parts", DOCS, ids=[name for name, _ in DOCS])
 def test_every_number_from_a_gpu_run_is_the_stored_one(name, parts):
