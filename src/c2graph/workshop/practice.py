@@ -31,6 +31,7 @@ from ..compressor.pools import POISON, Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.rows import plan_rows
 from ..graphs.graph import Graph, warmup
+from ..graphs.op_record import CaptureRecord
 from ..graphs.refusals import NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
 from ..pictures.draw import PADDING_COLOUR, request_colour
 
@@ -44,19 +45,35 @@ from ..prefill.static_batch import StaticBatch  # noqa: E402  (the shared builde
 @dataclass
 class Captured:
     """What :func:`capture_yours` got: the graph and what the captured call returned, or, when the
-    capture refused the call, the toolkit's record of why and where
-    (:class:`~c2graph.graphs.op_record.CaptureRecord`): ``error``, its first line (CUDA's or
-    torch's words; an error the captured code raised, by its type: ``"RuntimeError: ..."``, with
-    ``raised`` true), ``where`` (``"cell 12, line 3 in my_store, called from ..."``), ``code``,
-    the innermost line's source, and ``stack``, each line's ``(where, code)``, innermost first."""
+    capture refused the call, the toolkit's ``record`` of why and where
+    (:class:`~c2graph.graphs.op_record.CaptureRecord`), read here as ``error``, its first line
+    (CUDA's or torch's words; an error the captured code raised, by its type: ``"RuntimeError:
+    ..."``, with ``raised`` true), ``where`` (``"cell 12, line 3 in my_store, called from ..."``),
+    ``code``, the innermost line's source, and ``stack``, each line's ``(where, code)``, innermost first."""
 
     graph: Graph | None
     out: object = None
-    error: str | None = None
-    raised: bool = False
-    where: str = ""
-    code: str = ""
-    stack: tuple[tuple[str, str], ...] = ()
+    record: CaptureRecord | None = None
+
+    @property
+    def error(self) -> str | None:
+        return self.record.refused if self.record else None
+
+    @property
+    def raised(self) -> bool:
+        return bool(self.record and self.record.raised)
+
+    @property
+    def where(self) -> str:
+        return self.record.refused_where if self.record else ""
+
+    @property
+    def code(self) -> str:
+        return self.record.refused_code if self.record else ""
+
+    @property
+    def stack(self) -> tuple[tuple[str, str], ...]:
+        return self.record.refused_stack if self.record else ()
 
     @property
     def message(self) -> str:
@@ -92,9 +109,7 @@ def capture_yours(fn, *, warmup_iters: int = 1) -> Captured:
     try:
         out = graph.capture_fn(fn, 0)  # warmed up above: an error of the warm-up is not a refusal
     except RuntimeError:
-        record = graph.audit()
-        return Captured(None, None, record.refused, record.raised, record.refused_where, record.refused_code,
-                        record.refused_stack)
+        return Captured(None, None, graph.audit())
     return Captured(graph, out)
 
 
