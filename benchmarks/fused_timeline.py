@@ -90,11 +90,9 @@ def program_stamps(layer, projected: torch.Tensor, batch, pools, latent: torch.T
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets, layer.norm_w,
         layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent, cfg.eps, cfg.ring_size,
         batch.num_rows, blocks=variant.blocks)
-    if variant.max_registers is not None:
-        const["maxnreg"] = variant.max_registers
     ts = torch.zeros(programs, 6, dtype=torch.int64, device=projected.device)
     torch.cuda._sleep(20_000_000)
-    timed_kernel[(programs,)](*args, ts, **const)
+    timed_kernel[(programs,)](*args, ts, **variant.with_cap(const))
     torch.cuda.synchronize()
     return ts.cpu()
 

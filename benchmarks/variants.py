@@ -57,8 +57,11 @@ class Variant:
 
     def constants(self, D: int, index_dim: int, rope_dim: int, ring_size: int, request_slots: int) -> dict:
         """The library's compile-time constants and launch options, with the register cap added."""
-        const = fused.kernel_constants(D, index_dim, rope_dim, ring_size, request_slots, self.blocks)
-        return const if self.max_registers is None else {**const, "maxnreg": self.max_registers}
+        return self.with_cap(fused.kernel_constants(D, index_dim, rope_dim, ring_size, request_slots, self.blocks))
+
+    def with_cap(self, constants: dict) -> dict:
+        """``constants`` with the register cap (Triton's ``maxnreg``) added, where the variant sets one."""
+        return constants if self.max_registers is None else {**constants, "maxnreg": self.max_registers}
 
 
 KEYS = {"g": "groups_per_block", "c": "chunk", "k": "block_k", "w": "num_warps", "st": "num_stages",
@@ -106,8 +109,7 @@ def launch_variant(*tensors_and_sizes, variant: Variant):
     num_blocks, args, constants = fused.kernel_arguments(*tensors_and_sizes, blocks=variant.blocks)
     if num_blocks == 0:
         return None
-    if variant.max_registers is not None:
-        constants["maxnreg"] = variant.max_registers
     projected = args[0]
-    compiled = compress_fused_kernel[(grid_size(num_blocks, variant, projected.device),)](*args, **constants)
+    compiled = compress_fused_kernel[(grid_size(num_blocks, variant, projected.device),)](*args,
+                                                                                        **variant.with_cap(constants))
     return compiled if projected.device.type == "cuda" else None
