@@ -14,6 +14,12 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, settings
 
+import c2graph
+
+# The tests' own Triton kernels run where the package's do: in Triton's interpreter on a machine
+# without CUDA (importing c2graph leaves os.environ as it was; the tests ask for it, as a notebook does).
+c2graph.interpret_triton()
+
 settings.register_profile("ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                           print_blob=True)
 settings.register_profile("dev", max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

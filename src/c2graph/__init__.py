@@ -1,8 +1,11 @@
 """c2graph: DeepSeek-V4.1's ratio-2 KV compressor, CUDA graphs, and a fused Triton kernel.
 
-Importing the package decides how Triton runs: compiled on a CUDA machine, interpreted
-(``TRITON_INTERPRET=1``, set before Triton is imported) everywhere else. It prints nothing:
-``c2graph.banner()`` says which machine this is, where a notebook wants to show it.
+Importing the package decides how its kernels run: compiled on a CUDA machine, in Triton's
+interpreter everywhere else (``TRITON_INTERPRET=1`` only while it imports Triton and decorates its
+kernels: ``os.environ`` is as it was afterwards). A program's own kernels are interpreted on such a
+machine after ``c2graph.interpret_triton()`` (:mod:`c2graph._runtime` says why). The import
+changes no function of torch or Triton, imports no notebook library (matplotlib, ipywidgets,
+IPython, ...) and prints nothing: ``c2graph.banner()`` says which machine this is.
 
 The parts, one subpackage each, each building only on those before it: :mod:`c2graph.compressor`
 (the layer, the batch, the caches, the torch and fused paths), :mod:`c2graph.graphs` (capture and
@@ -11,24 +14,27 @@ batch), :mod:`c2graph.measure` (comparing, counting, benchmarking), :mod:`c2grap
 (drawings and the explorer), :mod:`c2graph.workshop` (the notebooks' exercises and checks).
 """
 
-from ._runtime import DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment  # noqa: I001  (first)
-from .compressor.batch import ExtendBatch, Request
-from .compressor.config import Config
-from .compressor.extend_offsets import build_extend_offsets, check_extend_offsets
-from .compressor.fused import compress_fused, compress_fused_op
-from .compressor.programs import program_plan
-from .compressor.rows import BatchPlan, Partner, RowPlan, plan_rows
-from .measure.traffic import minimum_bytes
-from .graphs.graph import Graph, warmup
-from .measure.opcount import count_cuda_kernels, count_ops
-from .compressor.pools import Pools
-from .prefill.runner import PrefillGraphRunner, PrefillStep
-from .compressor.req_to_token import ReqToTokenPool
-from .compressor.ring import new_ring, ring_row
-from .compressor.source_layer import SourceLayer, project, project_fused, split_projected
-from .prefill.static_batch import StaticBatch
-from .compressor.torch_path import compress_torch
-from .compressor.compress import compress, layer_path, project_padded
+from ._runtime import (DEFAULT_DEVICE, HAS_CUDA, INTERPRET, banner, environment, interpret_triton,  # noqa: I001  (first)
+                       kernels_decorated)
+
+with kernels_decorated():  # the package's kernels, decorated for this machine's Triton; os.environ as it was after
+    from .compressor.batch import ExtendBatch, Request
+    from .compressor.config import Config
+    from .compressor.extend_offsets import build_extend_offsets, check_extend_offsets
+    from .compressor.fused import compress_fused, compress_fused_op
+    from .compressor.programs import program_plan
+    from .compressor.rows import BatchPlan, Partner, RowPlan, plan_rows
+    from .measure.traffic import minimum_bytes
+    from .graphs.graph import Graph, warmup
+    from .measure.opcount import count_cuda_kernels, count_ops
+    from .compressor.pools import Pools
+    from .prefill.runner import PrefillGraphRunner, PrefillStep
+    from .compressor.req_to_token import ReqToTokenPool
+    from .compressor.ring import new_ring, ring_row
+    from .compressor.source_layer import SourceLayer, project, project_fused, split_projected
+    from .prefill.static_batch import StaticBatch
+    from .compressor.torch_path import compress_torch
+    from .compressor.compress import compress, layer_path, project_padded
 
 # The pictures import matplotlib and ipywidgets: loaded on first use, so that ``import c2graph``
 # (in every data-parallel rank too) loads no plotting library.
@@ -76,6 +82,7 @@ __all__ = [
     "count_ops",
     "compress_torch",
     "environment",
+    "interpret_triton",
     "explain_batch",
     "explorer_widget",
     "compress_fused_op",

@@ -23,8 +23,16 @@ pictures of a failed check, and notebook 03's capture of the reader's function),
 (notebook 03 loads the reader's own functions from their notebook 01), :mod:`.my_graph`
 (notebook 03's workbench and checks), :mod:`.offsets` (notebook 04's), :mod:`.floors` (notebook
 05's), :mod:`.student` (the student copies).
+
+The notebooks define Triton kernels of their own: importing this package calls
+:func:`c2graph.interpret_triton`, so on a machine without CUDA the kernels a notebook decorates
+after it run in Triton's interpreter, as the package's own do (a notebook's process, and the
+processes it starts, keep ``TRITON_INTERPRET=1``).
 """
 
+from .._runtime import interpret_triton
 from .check import CheckResult, run_check
+
+interpret_triton()
 
 __all__ = ["CheckResult", "run_check"]
