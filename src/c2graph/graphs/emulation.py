@@ -31,10 +31,15 @@ What it reproduces
   forked from torch's default CPU generator when capture begins: each replay draws fresh
   numbers, as a CUDA graph does.
 - **Asking whether a capture is on.** ``torch.cuda.is_current_stream_capturing()`` is ``True``
-  in the thread of an emulated capture, as in a CUDA capture (a guard on it works); elsewhere it
-  is torch's answer, ``False`` on a machine without CUDA (where torch itself would raise). This
-  package answers it for torch: importing it replaces ``torch.cuda.is_current_stream_capturing``
-  (and ``torch.cuda.graphs.is_current_stream_capturing``) with that function.
+  in the thread of an emulated capture, as in a CUDA capture (a guard on it works), and nowhere
+  else. For the extent of the capture (and of :func:`~c2graph.graphs.graph.warmup` on a machine
+  without CUDA, the eager calls before one) ``torch.cuda.is_current_stream_capturing`` and
+  ``torch.cuda.graphs.is_current_stream_capturing`` are this module's function, which answers
+  ``True`` in the capturing thread only and, in any other thread, torch's answer (``False`` on a
+  machine without CUDA, where torch's own raises); when the capture ends, on every exit, they are
+  torch's own objects again. Code that took the function by name before the capture
+  (``from torch.cuda import is_current_stream_capturing``) holds torch's own, which on a machine
+  without CUDA raises.
 - **Pointers.** Reading ``data_ptr()`` is allowed, as under CUDA (it is no host sync): a plan
   cache keyed by addresses works.
 - **Threads.** A capture records and refuses the work of its own thread: ops through a dispatch
@@ -88,17 +93,35 @@ from .triton_launches import python_modes_off
 
 
 _THIS_THREAD = threading.local()  # .capturing: whether this thread is in an emulated capture
-_torch_is_current_stream_capturing = torch.cuda.is_current_stream_capturing
+_ANSWERING = {"calls": 0, "torch": None}  # emulated captures and warm-ups in progress; torch's own function
+_ANSWERING_LOCK = threading.Lock()
 
 
 def is_current_stream_capturing() -> bool:
     """``True`` in the thread of an emulated capture; elsewhere torch's answer (``False`` without CUDA)."""
     if getattr(_THIS_THREAD, "capturing", False):
         return True
-    return torch.cuda.is_available() and _torch_is_current_stream_capturing()
+    return torch.cuda.is_available() and _ANSWERING["torch"]()
 
 
-torch.cuda.is_current_stream_capturing = torch.cuda.graphs.is_current_stream_capturing = is_current_stream_capturing
+@contextlib.contextmanager
+def answering_is_current_stream_capturing():
+    """:func:`is_current_stream_capturing` in place of torch's (``torch.cuda`` and ``torch.cuda.graphs``)
+    for the ``with`` block: torch's own again when the last such block of the process ends, on every exit."""
+    with _ANSWERING_LOCK:
+        if _ANSWERING["calls"] == 0:
+            _ANSWERING["torch"] = torch.cuda.graphs.is_current_stream_capturing
+            torch.cuda.is_current_stream_capturing = torch.cuda.graphs.is_current_stream_capturing = \
+                is_current_stream_capturing
+        _ANSWERING["calls"] += 1
+    try:
+        yield
+    finally:
+        with _ANSWERING_LOCK:
+            _ANSWERING["calls"] -= 1
+            if _ANSWERING["calls"] == 0:
+                torch.cuda.is_current_stream_capturing = torch.cuda.graphs.is_current_stream_capturing = \
+                    _ANSWERING["torch"]
 
 
 class EmulatedGraph:
@@ -111,12 +134,15 @@ class EmulatedGraph:
     def capturing(self, labels: dict[str, torch.Tensor] | None, stop):
         """Record the ``with`` block (``labels`` and ``stop`` as in :class:`Recording`); yields the record."""
         capture = _Capture(labels or {}, stop)
-        _THIS_THREAD.capturing = True
         try:
-            with HostGuard(capture.state), capture.active() as record:
-                yield record
+            with answering_is_current_stream_capturing():
+                _THIS_THREAD.capturing = True
+                try:
+                    with HostGuard(capture.state), capture.active() as record:
+                        yield record
+                finally:
+                    _THIS_THREAD.capturing = False
         finally:
-            _THIS_THREAD.capturing = False
             capture.restore_written()
             if capture.state.failed:
                 raise RuntimeError(PREVIOUS_ERROR)

@@ -25,6 +25,14 @@ the notebooks show on a laptop what a capture freezes and what it refuses.
   :mod:`c2graph.graphs.op_record`; what differs between captures of one step: :func:`c2graph.audit`.
 - How :meth:`Graph.nodes` reads a CUDA graph without launching it: :mod:`c2graph.graphs.cuda_nodes`.
 
+The process as it was: a capture, a replay, a refusal and :func:`c2graph.audit` change nothing of
+torch, Triton or Python beyond their own extent, on every exit. Compiled code runs compiled
+afterwards (:func:`compiled_code_run_eagerly`); ``torch.cuda.is_current_stream_capturing`` is
+torch's own object outside an emulated capture and :func:`warmup` on a machine without CUDA
+(:mod:`c2graph.graphs.emulation`); Triton's
+launcher is its own outside a capture (:mod:`c2graph.graphs.triton_launches`); the garbage
+collector is on or off as it was.
+
 Python's cyclic garbage collector does not run during a capture (on either backend). Measured on
 an H200: destroying a CUDA graph that finished its capture (a ``torch.cuda.CUDAGraph`` kept in a
 reference cycle, by a caught exception's traceback, say) is a CUDA call that a capture refuses,
@@ -37,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -45,7 +54,7 @@ from typing import Any
 import torch
 
 from .cuda_nodes import graph_nodes
-from .emulation import EmulatedGraph
+from .emulation import EmulatedGraph, answering_is_current_stream_capturing
 from .lines import entering_frame
 from .op_record import CaptureRecord, Recording, check_labels
 from .refusals import CONCURRENT_CAPTURE, NESTED_CAPTURE, NOT_PERMITTED, PREVIOUS_ERROR, UNPINNED_COPY
@@ -65,13 +74,16 @@ def warmup(fn: Callable[[], Any], iters: int = 2) -> None:
 
     cuBLAS handles, Triton's JIT and autotuning, and first-call caches must not run inside a
     capture (torch's CUDA-graph notes; SGLang warms up twice). On CUDA the calls run on a side
-    stream that waits for the current one, and the current stream then waits for them.
+    stream that waits for the current one, and the current stream then waits for them. Without
+    CUDA, ``torch.cuda.is_current_stream_capturing()`` answers ``False`` in them, as on a CUDA
+    machine, where torch's own would raise (:mod:`c2graph.graphs.emulation`; torch's own again after).
     """
     check_step(fn, "fn")
     check_iters(iters, "iters")
     if not torch.cuda.is_available():
-        for _ in range(iters):
-            fn()
+        with answering_is_current_stream_capturing():
+            for _ in range(iters):
+                fn()
         return
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
@@ -160,10 +172,14 @@ class Graph:
         tensors (``{"pos": static_pos, ...}``) so the audit can say which one an argument lies in.
         A bad ``labels`` is refused (``ValueError``) before the graph changes state.
 
-        ``record=False`` keeps no record (no :meth:`audit`), and on CUDA makes none: the record is
-        made through a torch dispatch mode, and while one is active a ``torch.compile``'d function
-        does not run its compiled code but its ops one by one, eagerly. Capture compiled code with
-        it off. (The emulation replays its record, so it makes one all the same.)
+        Compiled code (``torch.compile``): a capture that makes a record runs it op by op, eagerly,
+        so that the record sees each op (the emulation replays them); the record names each such
+        function (``ran_eagerly`` of :meth:`audit`'s record), and on CUDA the graph then holds those
+        ops' kernels, not the compiled ones. After the capture, on every exit, compiled code runs
+        compiled again (:func:`compiled_code_run_eagerly` says how).
+        ``record=False`` keeps no record (no :meth:`audit`), and on CUDA makes none: compiled code
+        runs compiled in the capture, as in production. (The emulation replays its record, so it
+        makes one all the same.)
         """
         labels = check_labels(labels)
         if not isinstance(record, bool):
@@ -173,8 +189,11 @@ class Graph:
         with _one_capture_at_a_time():
             self._state = "capturing"
             stop = entering_frame()
+            recorded = record or self.backend == "emulate"  # the emulation replays its record: it makes one always
             try:
-                with _no_automatic_garbage_collection(), self._impl.capturing(labels if record else None, stop) as made:
+                with (_no_automatic_garbage_collection(),
+                      compiled_code_run_eagerly() if recorded else contextlib.nullcontext(),
+                      self._impl.capturing(labels if record else None, stop) as made):
                     self._record = made if record else None
                     yield
             except BaseException as error:
@@ -257,6 +276,35 @@ def _no_automatic_garbage_collection():
     finally:
         if collecting:
             gc.enable()
+
+
+@contextlib.contextmanager
+def compiled_code_run_eagerly():
+    """``torch.compile``'d code runs its ops one by one, eagerly, in the ``with`` block (entered by a
+    capture that makes a record, before it begins), so the record sees each op and the emulation
+    replays them; after it, on every exit, compiled code runs compiled again.
+
+    Why: a torch dispatch mode that is on (the record's) fails a guard of every compiled function;
+    dynamo then runs the function op by op, as its mode rules say, but also marks the function's
+    code skipped for good, so every later call ran op by op, long after the capture. Here dynamo is
+    set aside for the block instead: its own stance ``"force_eager"`` (process-wide for the block,
+    as the garbage collector's switch is: another thread's compiled code runs eagerly during a
+    capture), and this thread's frame hook off (a capture begun inside compiled code). Dynamo
+    never sees the mode, and marks nothing. Where ``torch._dynamo`` is not imported, no compiled
+    function exists (``torch.compile`` imports it) and nothing is done: importing it would set a
+    variable in ``os.environ`` (``TORCHINDUCTOR_CACHE_DIR``).
+    """
+    if "torch._dynamo" not in sys.modules:
+        yield
+        return
+    from torch._C._dynamo.eval_frame import set_eval_frame
+
+    prior = set_eval_frame(None)
+    try:
+        with torch.compiler.set_stance("force_eager"):
+            yield
+    finally:
+        set_eval_frame(prior)
 
 
 class _CudaGraph:

@@ -28,7 +28,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
-from .lines import locate
+from .lines import locate, ran_eagerly_lines
 from .ops import launches_kernel, tensors_in
 from .refusals import PREVIOUS_ERROR, is_refusal
 from .triton_launches import grid_meta, kernel_name, launches_seen_by, python_modes_off
@@ -111,7 +111,7 @@ class CaptureRecord:
     capture's own refusal (its first line, in CUDA's or torch's words), or an error the captured
     code raised, by its type (``"ValueError: ..."``, with ``raised`` True); ``refused_where`` and
     ``refused_code``: the lines of the captured code it came from (``refused_stack``: each one's
-    ``(where, code)``)."""
+    ``(where, code)``); ``ran_eagerly``: its compiled functions, run op by op (:func:`.lines.locate`)."""
 
     records: list[OpRecord]
     refused: str | None = None
@@ -119,6 +119,7 @@ class CaptureRecord:
     refused_code: str = ""
     refused_stack: tuple[tuple[str, str], ...] = ()
     raised: bool = False
+    ran_eagerly: list[str] = field(default_factory=list)
 
     def flat(self) -> list[OpRecord]:
         """Every record, bodies included, in capture order."""
@@ -148,7 +149,7 @@ class CaptureRecord:
             how = "failed: the captured code raised" if self.raised else "refused"
             return f"capture {how} at {self.refused_where}: {self.refused}\n    {self.refused_code}"
         nodes = self.nodes()
-        lines = [line for r in nodes[:limit] for line in record_lines(r, {})]
+        lines = ran_eagerly_lines(self.ran_eagerly) + [line for r in nodes[:limit] for line in record_lines(r, {})]
         if limit is not None and len(nodes) > limit:
             lines.append(f"... {len(nodes) - limit} more records of work")
         return "\n".join(lines)
@@ -302,7 +303,7 @@ class Recording:
         while frame is not None:
             frames.append((frame, frame.f_lineno))
             frame = frame.f_back
-        return self._count - 1, locate(frames, self.stop)
+        return self._count - 1, locate(frames, self.stop, self.record.ran_eagerly)
 
     def _note_number(self, t: torch.Tensor) -> None:
         """A tensor made from Python data (a number written with ``t[i] = 0.0``): keep its value,
@@ -356,9 +357,8 @@ class Recording:
 def _kernel_keys(args, kwargs) -> torch._C.DispatchKeySet:
     """The dispatch keys that reach an op's backend kernel for these arguments (CPU without tensors)."""
     tensors = tensors_in((args, kwargs))
-    if not tensors:
-        return torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-    return torch._C._dispatch_keys(tensors[0]) & torch._C._after_ADInplaceOrView_keyset
+    return (torch._C._dispatch_keys(tensors[0]) & torch._C._after_ADInplaceOrView_keyset if tensors
+            else torch._C.DispatchKeySet(torch._C.DispatchKey.CPU))
 
 
 def _storage(t: torch.Tensor) -> int:
