@@ -116,6 +116,10 @@ seen["audit clean"] = found.ok
 note("an audit")
 c2.warmup(lambda: f(x))
 note("a warm-up")
+with c2.count_ops() as ops:
+    f(x)
+seen["ops counted"] = ops.total
+note("count_ops")
 gc.disable()
 with c2.Graph().capture():
     f(x)
@@ -125,8 +129,10 @@ print(json.dumps(seen))
 """
 
 
-def _run(program: str, *args: str, cuda: bool = False, env_extra: dict | None = None) -> dict:
-    env = {**os.environ, **(env_extra or {})}
+def _run(program: str, *args: str, cuda: bool = False):
+    """``program``'s last line, read as JSON; it runs without ``TRITON_INTERPRET`` set, as a program
+    started without it does (and without a GPU unless ``cuda``)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if not cuda:
         env["CUDA_VISIBLE_DEVICES"] = ""
     out = subprocess.run([sys.executable, "-c", program, *args], capture_output=True, text=True, env=env,
@@ -140,17 +146,18 @@ def _untouched(**extra) -> dict:
 
 
 AFTER = ("before any capture", "a recorded capture", "a replay", "a capture with record=False", "a refused capture",
-         "a capture the captured code broke", "an audit", "a warm-up")
+         "a capture the captured code broke", "an audit", "a warm-up", "count_ops")
 
 
 @pytest.mark.parametrize("backend", ["counting", "inductor"])
 def test_compiled_code_stays_compiled_and_nothing_is_left_changed_on_the_cpu(backend):
-    """A counting backend: 2 of 2 eager calls reach the compiled code after every step (before the
-    fix, 0 of 2 after one recorded capture). Inside a recorded capture the compiled function runs
+    """A counting backend: 2 of 2 eager calls reach the compiled code after every step, ``count_ops``
+    included (before the fix, 0 of 2 after one recorded capture). Inside a recorded capture the compiled function runs
     op by op, and the record names it; the emulation's replay replays its work."""
     seen = _run(CPU_PROGRAM, backend)
     assert {step: seen[step] for step in AFTER} == {step: _untouched(**{"compiled calls": 2}) for step in AFTER}
     assert seen["ran eagerly, recorded"] == ["f"] and seen["import leaves os.environ"]
+    assert seen["ops counted"] == 3  # mul, add, relu: the compiled function's ops, one by one
     assert seen["replay is right"] and seen["refusal recorded"] and seen["audit clean"] and seen["gc stays off"]
 
 
@@ -211,11 +218,7 @@ def test_the_import_leaves_os_environ_and_a_program_asks_for_the_interpreter(how
     ``TRITON_INTERPRET`` set (a child process inherits nothing), and a capture and an audit leave
     ``os.environ`` as they found it too; a program's own kernels are
     interpreted after ``c2graph.interpret_triton()`` or ``import c2graph.workshop``."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, "-c", ENVIRON_PROGRAM, how], capture_output=True, text=True,
-                         env={**env, "CUDA_VISIBLE_DEVICES": ""}, timeout=600)
-    assert out.returncode == 0, out.stderr
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = _run(ENVIRON_PROGRAM, how)
     assert seen == {"os.environ": True, "interpreted": True, "child sees": "None",
                     **({"asked": True} if how == "call" else {}),
                     "a kernel decorated now is interpreted": True, "child then sees": "1"}
@@ -229,10 +232,7 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def _modules(module: str) -> set[str]:
-    out = subprocess.run([sys.executable, "-c", IMPORTS_PROGRAM.format(module=module)], capture_output=True,
-                         text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""}, timeout=600)
-    assert out.returncode == 0, out.stderr
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    return set(_run(IMPORTS_PROGRAM.format(module=module)))
 
 
 def test_import_c2graph_imports_no_notebook_library():

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..graphs.graph import compiled_code_run_eagerly
 from ..graphs.ops import launches_kernel, tensors_in
 
 aten = torch.ops.aten
@@ -101,7 +102,9 @@ class count_ops(TorchDispatchMode):
             compress_torch(layer, *split_projected(projected), batch, pools)
         ops.total, ops.table()
 
-    Views and metadata ops are not counted (:func:`launches_kernel`); ops run as usual.
+    Views and metadata ops are not counted (:func:`launches_kernel`); ops run as usual. A
+    ``torch.compile``'d function runs op by op in the block, its ops counted, and compiled again
+    after it (:func:`~c2graph.graphs.graph.compiled_code_run_eagerly`).
     """
 
     def __init__(self):
@@ -109,8 +112,16 @@ class count_ops(TorchDispatchMode):
         self.result = OpCounts()
 
     def __enter__(self) -> OpCounts:
+        self._eager = compiled_code_run_eagerly()
+        self._eager.__enter__()
         super().__enter__()
         return self.result
+
+    def __exit__(self, *exc):
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._eager.__exit__(*exc)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
