@@ -110,6 +110,13 @@ try:
 except KeyError:
     pass
 note("a capture the captured code broke")
+try:
+    with c2.Graph().capture():
+        f(x)
+        raise KeyboardInterrupt
+except KeyboardInterrupt:
+    pass
+note("an interrupted capture")
 batches = [torch.randn(64), torch.randn(64)]
 found = c2.audit(lambda: f(x), [lambda: x.copy_(batches[0]), lambda: x.copy_(batches[1])])
 seen["audit clean"] = found.ok
@@ -146,7 +153,7 @@ def _untouched(**extra) -> dict:
 
 
 AFTER = ("before any capture", "a recorded capture", "a replay", "a capture with record=False", "a refused capture",
-         "a capture the captured code broke", "an audit", "a warm-up", "count_ops")
+         "a capture the captured code broke", "an interrupted capture", "an audit", "a warm-up", "count_ops")
 
 
 @pytest.mark.parametrize("backend", ["counting", "inductor"])
@@ -182,6 +189,34 @@ def test_the_emulated_answer_exists_inside_the_capture_only_in_its_thread():
     assert all(a is b for a, b in zip(asks, torch_asks))
     g.replay()
     assert x.tolist() == [2.0] * 4  # the capture launched nothing; the replay added 1
+
+
+class Doubling(torch.nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+def test_the_record_names_the_compiled_code_it_ran_op_by_op():
+    """A compiled function and a compiled module, by name and line; the table says so first."""
+    module = torch.compile(Doubling(), backend="eager")
+
+    def add_one(x):
+        return x + 1
+
+    function = torch.compile(add_one, backend="eager")
+    x = torch.randn(4)
+    module(x), function(x)
+    g = Graph("emulate")
+    with g.capture():
+        y = function(module(x))
+    record = g.audit()
+    assert record.ran_eagerly == [f"Doubling.forward (test_leaks.py:{Doubling.forward.__code__.co_firstlineno})",
+                                  f"{add_one.__qualname__} (test_leaks.py:{add_one.__code__.co_firstlineno})"]
+    assert [r.op for r in record.nodes()] == ["aten.mul.Tensor", "aten.add.Tensor"]
+    assert record.table().startswith("compiled code ran op by op in this capture, not compiled: Doubling.forward")
+    x.copy_(torch.randn(4))
+    g.replay()
+    assert torch.equal(y, x * 2 + 1)
 
 
 ENVIRON_PROGRAM = """

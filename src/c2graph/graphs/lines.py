@@ -16,8 +16,8 @@ import triton
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARIES = (*(os.path.dirname(m.__file__) + os.sep for m in (torch, triton)), contextlib.__file__)
-# The modules that run a capture: never the line that issued an op.
 _COMPILED = os.path.join(os.path.dirname(torch.__file__), "_dynamo", "eval_frame.py")  # torch.compile's wrapper
+# The modules that run a capture: never the line that issued an op.
 _MACHINERY = tuple(os.path.join(_PACKAGE, "graphs", name) for name in (
     "graph.py", "emulation.py", "op_record.py", "refusals.py", "triton_launches.py", "audit.py", "lines.py"))
 
@@ -35,7 +35,8 @@ def locate(frames, stop, compiled: list[str] | None = None) -> tuple[str, str, t
         path = frame.f_code.co_filename
         if compiled is not None and path == _COMPILED and frame.f_code.co_name == "compile_wrapper":
             name = _function(frame.f_locals.get("fn"))
-            compiled += [name] if name not in compiled else []
+            if name not in compiled:
+                compiled.append(name)
         if not path.startswith(_LIBRARIES + _MACHINERY):
             here = (f"{_place(path, line)} in {frame.f_code.co_name}", linecache.getline(path, line).strip())
             (package if path.startswith(_PACKAGE) else mine).append(here)
@@ -48,7 +49,11 @@ def locate(frames, stop, compiled: list[str] | None = None) -> tuple[str, str, t
 
 
 def _function(fn) -> str:
-    """``"f (model.py:12)"``: a function by its name and where it is defined."""
+    """``"f (model.py:12)"``: a function by its name and where it is defined; a compiled module by
+    its class's ``forward`` (``"Model.forward (model.py:30)"``)."""
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, torch.nn.Module):
+        fn = type(owner).forward
     code = getattr(fn, "__code__", None)
     name = getattr(fn, "__qualname__", type(fn).__name__)
     return f"{name} ({os.path.basename(code.co_filename)}:{code.co_firstlineno})" if code else name
