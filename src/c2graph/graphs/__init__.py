@@ -5,7 +5,8 @@
   capture sees a Triton launch
 - :mod:`.op_record`: the record of a capture (every op, its frozen scalars, grids and tensors);
   :mod:`.ops`: which dispatcher ops launch a kernel, and the tensors an op touches;
-  :mod:`.lines`: which lines of the reader's code issued an op
+  :mod:`.lines`: which lines of the reader's code issued an op (and which of its compiled
+  functions a recorded capture ran op by op)
 - :mod:`.refusals`: what a capture refuses (host syncs, host copies), in CUDA's words
 - :mod:`.audit`: what a graph froze from the batch it was captured with
 - :mod:`.cuda_nodes`: the nodes of a captured CUDA graph, read without launching it
