@@ -1,7 +1,8 @@
 """Facts that notebooks 00, 01 and 03 state in prose, checked here rather than by asserts in cells,
 the shape every one of those notebooks keeps (length, cells, tags, pointers), every number from a
 GPU run that notebooks 00-05 and the README state (the stored one, ratios in words included), the
-claims they make about every bucket, and the counts they state in words (exercises, programs)."""
+claims they make about every bucket, what notebook 05 and the guide's part on it say in words, held
+to every stored run, and the counts they state in words (exercises, programs)."""
 
 from __future__ import annotations
 
