@@ -461,6 +461,17 @@ WORDS_05 = [  # (document, words as written, what makes them true of one stored 
      lambda d: all(_eager(d, "fused")[n] >= 5 * _replay(d, "fused")[n] for n in _rows(d)[:2])),
     (NB05, "within three times the memory floor at the two largest buckets",
      lambda d: all(_replay(d, "fused")[n] <= 3 * _memory(d)[n] for n in _rows(d)[2:])),
+    (NB05, "The graph removes the host's milliseconds",
+     lambda d: min(_eager(d, "torch").values()) >= 1000
+     and all(_replay(d, "torch")[n] < t for n, t in _eager(d, "torch").items())),
+    (NB05, "At small buckets it is low whatever the kernel does",
+     lambda d: all(results.records(d, "fused", "graph")[n]["bw_fraction"] < 0.5 for n in _rows(d)[:2])),
+    (GUIDE05, "the fused kernel in a graph (a few times the launch floor at small rows, close to the memory floor at "
+              "large ones). Add the fused path's eager call: flat, above its own replay at every bucket.",
+     lambda d: all(3 <= _replay(d, "fused")[n] / _launch(d) <= 8 for n in _rows(d)[:2])
+     and all(_replay(d, "fused")[n] <= 3 * _memory(d)[n] for n in _rows(d)[2:])
+     and max(_eager(d, "fused").values()) <= 1.5 * min(_eager(d, "fused").values())
+     and all(_eager(d, "fused")[n] > t for n, t in _replay(d, "fused").items())),
     (GUIDE05, "so that count comes to about 100% or more at 65536 rows",
      lambda d: results.records(d, "fused", "graph")[65536]["bw_fraction_weights_per_program"] >= 0.95),
     (GUIDE05, "Its eager call is host-bound at every bucket (section 5: its eager call is longer than its replay at "
@@ -513,6 +524,24 @@ def test_05s_words_are_the_ones_held_to_every_run(name, words):
 @pytest.mark.parametrize("name, words, holds", WORDS_05, ids=[w[:40] for _, w, _ in WORDS_05])
 def test_05s_words_hold_for_every_stored_run(stored, name, words, holds):
     assert holds(stored_numbers.load(STORED_FILES[stored])), f"{name} says {words!r}; {stored} does not"
+
+
+@pytest.mark.skipif(NEWEST is None, reason="no stored GPU results")
+def test_a_run_that_makes_05s_words_false_fails_them():
+    """The old words' failures, forged into the newest run: a launch floor above the memory floor
+    at 2048 rows on the H100, an eager call that follows the replay, a many-layer gap past a tenth."""
+    words = {w: holds for _, w, holds in WORDS_05}
+    forged = json.loads(json.dumps(stored_numbers.load(NEWEST)))
+    forged["launch_us"]["graph"] = 1.5 * _memory(forged)[2048]
+    assert not words[next(w for w in words if w.startswith("at 2048 rows the two floors are close"))](forged)
+    forged = json.loads(json.dumps(stored_numbers.load(NEWEST)))
+    for r in forged["records"]:
+        if (r["path"], r["mode"]) == ("fused", "eager"):
+            r["median_us"] = 12 * _replay(forged, "fused")[r["rows"]]
+        if r["path"] == "model" and r["rows"] == 65536:
+            r["median_us"] *= 0.85
+    assert not words["The eager time changes little from 256 to 65536 rows"](forged)
+    assert not words["the two differ by less than a tenth, one way or the other from run to run"](forged)
 
 
 @pytest.mark.skipif(len(STORED_FILES) < 2, reason="one stored run: nothing to disagree about")
