@@ -25,12 +25,12 @@ from .._runtime import DEFAULT_DEVICE
 from ..compressor.config import Config
 from ..compressor.rows import Partner, plan_rows
 from ..compressor.torch_path import park_mask, previous_row_is_partner, ring_read_rows
-from ..prefill.static_batch import StaticBatch
 from .check import CheckResult, run_check
 from .practice import (
     HAND_MADE,
     HAND_MADE_WORDS,
     PRACTICE_POOL_REQUESTS,
+    StaticBatch,
     capture_yours,
     check_rng,
     figure_of,
