@@ -6,8 +6,10 @@ on a line that holds one (or in the output of a cell that reads stored results),
 (``4.4x``), percentage, compile time (``11.3 s``), byte count (MB, MiB) and count of launches or
 nodes; and, wherever it stands, a ratio in words (``2.2 to 4.1 times faster``). A list shares its
 unit: ``405 and 1564 µs``, ``18.2 / 19.4 µs``. Each statement is matched
-against every quantity a results file holds or directly implies (:func:`quantities`) at the
-printed precision; in an output line, at the row count the line names before the number.
+against every quantity a results file holds or directly implies (:func:`quantities`: its times, the
+floors, every ratio of two times at one bucket, each time over its own at the smallest bucket, the
+many-layer graph's gap to the sum of its layers in percent) at the printed precision; in an
+output line, at the row count the line names before the number.
 """
 
 from __future__ import annotations
@@ -94,10 +96,14 @@ def quantities(data: dict, rows: int | None, torch_bytes_2048: int | None = None
                (f"weights once a program / copy bw at {n} rows", c["bytes_weights_per_program"] / copy)]
         at += [(f"{r['path']} eager per launch at {n} rows", r["median_us"] / r["launches"]) for r in recs if r["launches"]]
         by = {(r["path"], r["mode"]): r["median_us"] for r in recs}
+        gaps = []
         for r in recs:
             if r.get("layers") and ("fused", "graph") in by and ("torch", "graph") in by:
-                at.append((f"sum of one-layer replays at {n} rows", r["fused_layers"] * by[("fused", "graph")]
-                           + (r["layers"] - r["fused_layers"]) * by[("torch", "graph")]))
+                parts = (r["fused_layers"] * by[("fused", "graph")]
+                         + (r["layers"] - r["fused_layers"]) * by[("torch", "graph")])
+                at.append((f"sum of one-layer replays at {n} rows", parts))
+                gaps.append((f"one graph of every layer against the sum of one-layer replays at {n} rows",
+                             abs(r["median_us"] / parts - 1) * 100))
         if n == 2048 and torch_bytes_2048 and ("torch", "graph") in by:
             own = torch_bytes_2048 / copy
             node = next(r["nodes"] for r in recs if (r["path"], r["mode"]) == ("torch", "graph"))
@@ -109,8 +115,13 @@ def quantities(data: dict, rows: int | None, torch_bytes_2048: int | None = None
                 (f"the higher floor at {n} rows", max(memory, data["launch_us"]["graph"])),
                 (f"the faster compiled graph at {n} rows", fastest["median_us"] if fastest else None)]
         ratio += [(f"{a} / {b}", v / d) for a, v in at for b, d in base if d]
+        smallest = min(c["rows"] for c in data["cases"])
+        first = {(r["path"], r["mode"], r["variant"]): r["median_us"] for r in data["records"] if r["rows"] == smallest}
+        ratio += [(f"{r['path']} {r['mode']} ({r['variant']}) at {n} rows / at {smallest} rows",
+                   r["median_us"] / first[(r["path"], r["mode"], r["variant"])])
+                  for r in recs if (r["path"], r["mode"], r["variant"]) in first]
         percent += [(f"{f} of the fused {r['mode']} at {n} rows", r[f] * 100) for r in recs for f in results.FRACTIONS
-                    if r.get(f)]
+                    if r.get(f)] + gaps
         seconds += [(f"compile time of {r['variant']} at {n} rows", r["compile_s"]) for r in recs if "compile_s" in r]
         count += [(f"{r['path']} {r['mode']} {k} at {n} rows", r[k]) for r in recs for k in ("nodes", "launches", "layers")
                   if r.get(k)]

@@ -132,6 +132,20 @@ def partner_misaligned(batch):
     return partner
 
 
+def partner_without_live(batch):
+    """The rule without liveness: past the live rows it cannot go wrong (padding sits at pos 0, in no
+    request), but the dummy batch a graph is captured on pairs its padding rows."""
+    partner = torch.zeros_like(batch.pos, dtype=torch.bool)
+    partner[1:] = (batch.req[1:] == batch.req[:-1]) & (batch.pos[1:] == batch.pos[:-1] + 1)
+    return partner
+
+
+def partner_one_row_short(batch):
+    """The rule for rows 1.. returned as it is: one value short of one per row."""
+    live = batch.raw_out_loc != 0
+    return live[1:] & live[:-1] & (batch.req[1:] == batch.req[:-1]) & (batch.pos[1:] == batch.pos[:-1] + 1)
+
+
 def partner_as_int64(batch):
     """The right rule in a tensor of ints: `~` of it gives -1 and -2, and my_pair would crash on it."""
     return wc.my_previous_is_partner(batch).long()
@@ -151,6 +165,13 @@ def ring_rows_of_own_pos(batch, prev_is_partner, ring_size, sentinel):
 def ring_rows_for_even_rows_too(batch, prev_is_partner, ring_size, sentinel):
     """Forgets that even rows complete nothing: every first row of a request reads the ring."""
     needs = (batch.raw_out_loc != 0) & ~prev_is_partner
+    return torch.where(needs, batch.req * ring_size + (batch.pos - 1) % ring_size, sentinel)
+
+
+def ring_rows_without_live(batch, prev_is_partner, ring_size, sentinel):
+    """Every odd row without a partner in the batch reads the ring, padding included: the dummy
+    batch's odd rows read ring rows."""
+    needs = (batch.pos % 2 == 1) & ~prev_is_partner
     return torch.where(needs, batch.req * ring_size + (batch.pos - 1) % ring_size, sentinel)
 
 
@@ -192,6 +213,14 @@ def park_mask_by_shifted_copies(batch, ring_size):
     later_req, later_pos = torch.cat([batch.req[ring_size:], fill]), torch.cat([batch.pos[ring_size:], fill])
     later_live = torch.cat([live[ring_size:], fill == 0])
     return live & ~(later_live & (later_req == batch.req) & (later_pos == batch.pos + ring_size))
+
+
+def park_mask_without_live(batch, ring_size):
+    """The last ring_size rows of every run of one request, padding rows included."""
+    T = batch.num_rows
+    ahead = (torch.arange(T, device=batch.pos.device) + ring_size).clamp(max=max(T - 1, 0))
+    inside = torch.arange(T, device=batch.pos.device) + ring_size < T
+    return ~(inside & (batch.req[ahead] == batch.req) & (batch.pos[ahead] == batch.pos + ring_size))
 
 
 def park_mask_one_too_many(batch, ring_size):
@@ -257,11 +286,17 @@ def refused_at(fn, code: str) -> str:
 WRONG = [
     (wc.check_previous_is_partner, partner_ignoring_req, "belongs to request slot"),
     (wc.check_previous_is_partner, partner_as_int64, "dtype torch.int64; expected torch.bool"),
+    (wc.check_previous_is_partner, partner_without_live, "the dummy batch a graph is captured on: one request over "
+     "all 16 rows, every row padding (requests [(0, 0, 16)]): 15 of 16 rows differ: row 1 (padding): yours says True, "
+     "the rule says False: it is padding (`raw_out_loc == 0`): a padding row has no partner"),
+    (wc.check_previous_is_partner, partner_one_row_short, "has shape (0,); expected (1,): one value per row"),
     (wc.check_previous_is_partner, partner_by_roll, "`roll(1)` brings the last row, row 7, padding, round to row 0"),
     (wc.check_previous_is_partner, partner_misaligned,
      "(at `partner[1:] = live[2:] & live[1:-1] & (batch.req[2:] == batch.req[1:-1])`) raised RuntimeError: "),
     (wc.check_ring_read_rows, ring_rows_of_own_pos, "the ring row of the row's own pos"),
     (wc.check_ring_read_rows, ring_rows_for_even_rows_too, "the sentinel"),
+    (wc.check_ring_read_rows, ring_rows_without_live, "8 of 16 rows differ: row 1 (padding): yours reads 0, the rule "
+     "says the sentinel (12): it is padding (`raw_out_loc == 0`), which reads no partner"),
     (wc.check_ring_read_rows, ring_rows_as_int32, "dtype torch.int32; expected torch.int64"),
     (wc.check_park_mask, park_mask_from_host,
      refused_at(park_mask_from_host, "mask[row] = True") + "a copy between the host and the device"),
@@ -270,6 +305,8 @@ WRONG = [
      refused_at(park_mask_by_boolean_indexing, "rows = torch.arange(batch.num_rows, device=batch.pos.device)"
                 "[batch.raw_out_loc != 0]") + "a host sync"),
     (wc.check_park_mask, park_mask_one_too_many, "rows differ"),
+    (wc.check_park_mask, park_mask_without_live, "row 5 (padding): yours says True, the rule says False: it is padding "
+     "(`raw_out_loc == 0`), never parked"),
     (wc.check_park_mask, park_mask_by_shifted_copies, "has shape (2,); expected (1,): one value per row of the batch, "
      "padding rows included (this batch has 1 row, fewer than the ring's 2"),
     # on a GPU the even and the odd row's writes to one c2 slot land in either order: the eager run
@@ -287,6 +324,15 @@ WRONG = [
 
 RUNS = 3
 """Each check runs this many times on the same answer: the verdict and its words must not change."""
+
+
+@pytest.mark.parametrize("check, solution", [(wc.check_previous_is_partner, wc.my_previous_is_partner),
+                                             (wc.check_ring_read_rows, wc.my_ring_read_rows),
+                                             (wc.check_park_mask, wc.my_park_mask)])
+def test_check_passes_a_solution_the_same_way_in_every_run(check, solution):
+    texts = [str(check(solution)) for _ in range(RUNS)]
+    assert texts == [texts[0]] * RUNS and texts[0].split("\n")[0].endswith(": pass"), texts
+    assert ("the dummy batch (padding inside a request)" in texts[0]) == (check is not wc.check_park_mask), texts[0]
 
 
 @pytest.mark.parametrize("check, wrong, says", WRONG, ids=[w.__name__ for _, w, _ in WRONG])
@@ -601,6 +647,15 @@ def test_the_hand_made_cases_hold_every_edge_the_checks_promise():
     assert any(not b.requests for b in eager), "an idle rank"
     assert any(len(b.requests) == 4 for b in padded), "every one of the graph's 4 request slots full"
     assert any(b.live_rows == b.num_rows == 16 for b in padded), "the last request ending at the bucket's end"
+
+
+def test_notebook_01s_checks_try_the_dummy_batch_after_the_hand_made_ones():
+    """The one batch with padding inside a request, at odd positions: where a rule without `live` goes wrong."""
+    from c2graph.workshop.practice import HAND_MADE, check_rng
+
+    what, dummy = wc._batches(c2.Config.tiny(), check_rng())[len(HAND_MADE)]
+    assert what == wc.DUMMY and dummy.requests and not (dummy.raw_out_loc != 0).any()
+    assert (dummy.pos % 2 == 1).any() and len(dummy.requests) == 1
 
 
 def test_a_check_draws_the_same_batches_in_every_run():

@@ -1,66 +1,73 @@
-"""Notebook 05's exercise check: the right answers pass, each usual mistake is named."""
+"""Notebook 05's exercise check: the right answer passes, each usual mistake is named, the same way on every run."""
 
 from __future__ import annotations
 
 import pytest
 
-from c2graph.measure import results
-from c2graph.workshop.floors import check_replay_floor
+from c2graph.workshop.floors import FIXED, MISTAKES, NEAR, VERDICTS, _rule, check_replay_limit, replay_limit
 
 
-def right_floor(floor_bytes, copy_GBps, launch_us):
-    return max(floor_bytes / (copy_GBps * 1e3), launch_us)
+def right(floor_bytes, copy_GBps, launch_us, replay_us):
+    memory = floor_bytes / (copy_GBps * 1e3)
+    higher = max(memory, launch_us)
+    if replay_us > 2 * higher:
+        return "own work"
+    return "memory" if memory > launch_us else "launch"
 
 
-def right_read(data, rows):
-    return results.records(data, "fused", "graph")[rows]["median_us"]
+def memory_floor(b, c):
+    return b / (c * 1e3)
 
 
-def test_the_right_answers_pass():
-    result = check_replay_floor(right_floor, right_read)
-    assert result.ok and len(result.lines) == 4, str(result)
+WRONG = [
+    (lambda b, c, l, r: "memory" if memory_floor(b, c) > l else "launch", "you named the higher floor without comparing"),
+    (lambda b, c, l, r: "own work" if r > 2 * min(memory_floor(b, c), l) else
+     ("memory" if memory_floor(b, c) < l else "launch"), "you compared the replay with the lower floor"),
+    (lambda b, c, l, r: {"memory": "launch", "launch": "memory"}.get(right(b, c, l, r), "own work"), "are swapped"),
+    (lambda b, c, l, r: "own work" if r > max(memory_floor(b, c), l) else right(b, c, l, r),
+     "you called every replay above its higher floor own work"),
+    (lambda b, c, l, r: "own work" if r > 2 * (memory_floor(b, c) + l) else ("memory" if memory_floor(b, c) > l else
+                                                                             "launch"), "you added the two floors"),
+    (lambda b, c, l, r: right(2 * b, c, l, r), "you doubled the memory floor"),
+    (lambda b, c, l, r: right(b, c * 1e-3, l, r), "your memory floor is 1000 times too large"),
+    (lambda b, c, l, r: right(b, c * 1e3, l, r), "your memory floor is too small"),
+    (lambda b, c, l, r: right(b / 2, c, l, r), "halved (the copy bandwidth already counts bytes read plus written"),
+    (lambda b, c, l, r: right(b, c, l, r).upper(), "returned 'LAUNCH'; expected one of 'launch', 'memory', 'own work'"),
+    (lambda b, c, l, r: r / max(memory_floor(b, c), l), "returned 1.53"),
+    (lambda b, c, l, r: "launch", "no usual mistake gives exactly these answers"),
+]
 
 
-@pytest.mark.parametrize("floor, says", [
-    (lambda b, c, l: b / (c * 1e3) + l, "you added the two floors"),
-    (lambda b, c, l: min(b / (c * 1e3), l), "you took the lower floor"),
-    (lambda b, c, l: b / (c * 1e3), "you returned the memory floor alone"),
-    (lambda b, c, l: l, "you returned the launch floor even where"),
-    (lambda b, c, l: max(b / (c * 1e9), l), "or are its units off"),
-    (lambda b, c, l: max(b / c, l), "1000 times too large"),
-    (lambda b, c, l: max(2 * b / (c * 1e3), l), "you doubled the memory floor"),
-    (lambda b, c, l: str(l), "returned a str"),
-])
-def test_a_wrong_floor_is_named(floor, says):
-    result = check_replay_floor(floor, right_read, seed=1)
-    assert not result.ok and says in str(result), str(result)
+def test_the_right_answer_and_the_rule_pass():
+    for answer in (right, replay_limit):
+        result = check_replay_limit(answer)
+        assert result.ok and "7 fixed cases" in str(result) and "10 cases drawn" in str(result), str(result)
 
 
-@pytest.mark.parametrize("read, says", [
-    (lambda d, n: results.records(d, "fused", "graph")[n], "returned a record (a dict)"),
-    (lambda d, n: results.records(d, "fused", "eager")[n]["median_us"], "the replay is mode 'graph'"),
-    (lambda d, n: results.records(d, "torch", "graph")[n]["median_us"], "the fused path's (path 'fused'"),
-    (lambda d, n: results.records(d, "fused", "graph")[256 if n != 256 else 2048]["median_us"],
-     "the bucket asked for is"),
-    (lambda d, n: 1.0, "is no record of the results"),
-])
-def test_a_wrong_reading_is_named(read, says):
-    result = check_replay_floor(right_floor, read, seed=2)
-    assert not result.ok and says in str(result), str(result)
+def test_each_fixed_case_is_where_a_mistake_gives_another_verdict():
+    """Every verdict is right in some fixed case, and every usual mistake is wrong in some fixed case."""
+    seen = [(memory_floor(b, c), l, r) for _, b, c, l, r in FIXED]
+    assert {_rule(*s) for s in seen} == set(VERDICTS)
+    for rule, says in MISTAKES:
+        assert any(rule(*s) != _rule(*s) for s in seen), says
+    assert NEAR == 2.0  # the notebook states "twice"
+
+
+@pytest.mark.parametrize("answer, says", WRONG, ids=[says[:30] for _, says in WRONG])
+def test_a_wrong_answer_is_named_the_same_way_on_every_run(answer, says):
+    texts = [str(check_replay_limit(answer)) for _ in range(3)]
+    assert texts == [texts[0]] * 3, texts
+    assert texts[0].startswith("what sets each replay: not yet") and says in texts[0], texts[0]
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_other_seeds_draw_other_cases_and_judge_the_same(seed):
+    assert check_replay_limit(right, seed=seed).ok
+    assert "you named the higher floor" in str(check_replay_limit(WRONG[0][0], seed=seed))
 
 
 def test_an_unwritten_stub_says_so():
     def stub(*args):
         raise NotImplementedError("exercise: write this function (see the task above)")
 
-    assert "not written yet" in str(check_replay_floor(stub, stub))
-
-
-@pytest.mark.parametrize("floor, read", [
-    (right_floor, right_read),
-    (lambda b, c, l: b / (c * 1e3) + l, right_read),
-    (right_floor, lambda d, n: results.records(d, "fused", "eager")[n]["median_us"]),
-])
-def test_the_check_gives_the_same_verdict_and_words_in_every_run(floor, read):
-    texts = [str(check_replay_floor(floor, read)) for _ in range(3)]
-    assert texts == [texts[0]] * 3, texts
+    assert "not written yet" in str(check_replay_limit(stub))

@@ -9,7 +9,10 @@ The checks (``check_previous_is_partner``, ``check_ring_read_rows``, ``check_par
 take the reader's function, check what it returns (a tensor, its dtype, shape and device) before
 any value, run it on the hand-made edge cases first (fewer rows than the ring, an odd start next
 to padding, a request of 0 rows, an idle rank, every request slot full, the last request ending at
-the bucket's end), then on seeded random ragged batches, so the same answer gets the same verdict in
+the bucket's end) and the dummy batch a graph is captured on (:data:`DUMMY`: the one batch whose
+padding rows sit inside a request, at odd and even positions, so a rule that leaves liveness out is
+wrong on it; the park mask's check, whose padding rows past the live rows already catch that,
+captures on it instead), then on seeded random ragged batches, so the same answer gets the same verdict in
 every run, and say pass, or which rows differ and why (:class:`~c2graph.workshop.check.CheckResult`).
 They never raise because the reader's code does.
 """
@@ -152,6 +155,21 @@ RING_SIZE = Config.tiny().ring_size
 """The ring size of every check's batches (the ``tiny`` preset's)."""
 BOOL_HINT = "comparisons joined with `&` give bool; `torch.zeros(T)`, `.long()` or `.int()` do not"
 INDEX_HINT = "ring rows are int64, as `batch.req * ring_size` is"
+DUMMY = "the dummy batch a graph is captured on: one request over all 16 rows, every row padding"
+"""The case after the hand-made ones. Padding rows past the live rows all sit at pos 0, in no
+request, so there a rule that never asks whether a row is live can still come out right; the dummy
+batch is the one batch with padding inside a request, at odd and even positions (0 to 15). A graph
+is warmed up and captured on it: a pairing that pairs its rows reads the ring for nothing, and a
+park that parks them writes padding over the ring rows of pool index 0, a real request's."""
+DUMMY_WHY = ("padding (`raw_out_loc == 0`) sits inside a request only in this batch, the one a graph is "
+             "warmed up and captured on: a rule that leaves `live` out acts on its rows (a park would write "
+             "them over pool index 0's ring rows, a real request's)")
+
+
+def _batches(cfg: Config, rng) -> list:
+    """The hand-made batches, the dummy batch (:data:`DUMMY`), then the seeded random ones."""
+    cases = practice_batches(cfg, rng)
+    return cases[:len(HAND_MADE)] + [(DUMMY, StaticBatch(16, 4, device=DEFAULT_DEVICE).batch)] + cases[len(HAND_MADE):]
 
 
 def _compare_rows(name: str, cases, got_of, want_of, why, hint: str, state: dict) -> list[tuple[bool, str]]:
@@ -175,10 +193,14 @@ def _compare_rows(name: str, cases, got_of, want_of, why, hint: str, state: dict
             detail = "; ".join(why(plan, row, got[row].item(), want[row].item()) for row in bad[:3])
             more = f" (and {len(bad) - 3} more)" if len(bad) > 3 else ""
             state.setdefault("fig", (batch, bad, f"{name}: {what}"))
-            failed.append(f"{what} {requests_text(batch)}: {len(bad)} of {batch.num_rows} rows differ: {detail}{more}")
+            hint = f" ({DUMMY_WHY})" if what == DUMMY else ""
+            failed.append(f"{what} {requests_text(batch)}: {len(bad)} of {batch.num_rows} rows differ: "
+                          f"{detail}{more}{hint}")
     if not failed:
-        return [(True, f"{name} on {len(cases)} batches: {len(HAND_MADE)} hand-made ({HAND_MADE_WORDS}) "
-                       f"and {len(cases) - len(HAND_MADE)} random")]
+        made = len(HAND_MADE) + any(what == DUMMY for what, _ in cases)
+        dummy = ", the dummy batch (padding inside a request)" if made > len(HAND_MADE) else ""
+        return [(True, f"{name} on {len(cases)} batches: {made} hand-made ({HAND_MADE_WORDS}{dummy}) "
+                       f"and {len(cases) - made} random")]
     lines = [(False, line) for line in failed[:3]]
     if len(failed) > 3:
         lines.append((False, f"{len(failed) - 3} more of the {len(cases)} batches differ too"))
@@ -187,7 +209,7 @@ def _compare_rows(name: str, cases, got_of, want_of, why, hint: str, state: dict
 
 def check_previous_is_partner(fn) -> CheckResult:
     """Check ``fn(batch) -> [T] bool``: the previous row is the partner (same request, ``pos - 1``, both live)."""
-    cases, state = practice_batches(Config.tiny(), check_rng()), {}
+    cases, state = _batches(Config.tiny(), check_rng()), {}
 
     def why(plan, row, got, want):
         p, prev = plan.rows[row], plan.rows[row - 1] if row else None
@@ -196,7 +218,7 @@ def check_previous_is_partner(fn) -> CheckResult:
         reason = ((f"it is the first row of the batch: there is no previous row (`roll(1)` brings the last row, "
                    f"row {len(plan.rows) - 1}{', padding,' if plan.rows[-1].is_padding else ''} round to row 0: "
                    "check that the previous row is live too, or leave row 0 False)") if prev is None
-                  else "it is padding" if p.is_padding
+                  else "it is padding (`raw_out_loc == 0`): a padding row has no partner" if p.is_padding
                   else f"row {row - 1} is padding" if prev.is_padding
                   else f"row {row - 1} belongs to request slot {prev.request_slot} (compare `req`)" if prev.req != p.req
                   else f"row {row - 1} is at pos {prev.pos}, not {p.pos - 1}")
@@ -209,7 +231,7 @@ def check_previous_is_partner(fn) -> CheckResult:
 def check_ring_read_rows(fn) -> CheckResult:
     """Check ``fn(batch, prev_is_partner, ring_size, sentinel) -> [T] int64``: the ring row each row reads."""
     cfg = Config.tiny()
-    cases, state, R = practice_batches(cfg, check_rng()), {}, cfg.ring_size
+    cases, state, R = _batches(cfg, check_rng()), {}, cfg.ring_size
     sentinel = PRACTICE_POOL_REQUESTS * R
 
     def why(plan, row, got, want):
@@ -218,6 +240,8 @@ def check_ring_read_rows(fn) -> CheckResult:
             rule = f"ring row {want} = req {p.req} * {R} + (pos {p.pos} - 1) % {R}"
             if got == p.req * R + p.pos % R:
                 rule += ": yours is the ring row of the row's own pos, not its partner's pos - 1"
+        elif p.is_padding:
+            rule = f"the sentinel ({sentinel}): it is padding (`raw_out_loc == 0`), which reads no partner"
         else:
             rule = f"the sentinel ({sentinel}): its partner is {p.partner_text()}"
         return f"{row_words(plan, row)}: yours reads {got}, the rule says {rule}"
@@ -234,9 +258,12 @@ def check_park_mask(fn) -> CheckResult:
     R, bucket, slots = cfg.ring_size, 16, 4
 
     def why(plan, row, got, want):
-        return f"{row_words(plan, row)}: yours says {bool(got)}, the rule says {bool(want)}"
+        padding = ": it is padding (`raw_out_loc == 0`), never parked" if plan.rows[row].is_padding else ""
+        return f"{row_words(plan, row)}: yours says {bool(got)}, the rule says {bool(want)}{padding}"
 
     def cases():
+        # no dummy batch here: padding past the live rows already catches a park of padding rows
+        # (pos 0, nothing of its request ring_size rows on), and the capture below runs on the dummy
         results = _compare_rows("the park rule, run eagerly", practice_batches(cfg, rng), lambda b: fn(b, R),
                                 lambda b: park_mask(b, R), why, BOOL_HINT, state)
         if not all(ok for ok, _ in results):
