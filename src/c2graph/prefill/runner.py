@@ -102,7 +102,8 @@ class PrefillGraphRunner:
     the graph (:data:`~c2graph.compressor.source_layer.PROJECTIONS`): ``"exact"`` (float64, the
     default: a replay equals eager bitwise) or ``"engine"`` (a bf16 GEMM with fp32 output, as the
     engine runs it: its last bits can change with the row count, so it is compared within a
-    tolerance, never bitwise).
+    tolerance, never bitwise). An eager step runs :func:`~c2graph.compressor.compress.compress`,
+    whose projection is the exact one.
     """
 
     def __init__(
@@ -133,6 +134,8 @@ class PrefillGraphRunner:
         self._memory_pool = None  # the first graph's, shared by the others
         self._unfinished: str | None = None  # the step that began writing the caches and did not return
         self._captured = CapturedTensors(self)  # every tensor the graphs read or write, and where
+        # each bucket's latents as a step returns them: views of the static buffers, made once
+        self._latents = {b: tuple(buf.latent[:b] for buf in self.static.layers) for b in buckets}
         if capture:
             for bucket in reversed(buckets):  # largest first: the smaller ones fit in its memory
                 self.graphs[bucket] = self._capture(bucket, warmup_iters)
@@ -232,7 +235,7 @@ class PrefillGraphRunner:
                                       device=self.device, pools=self._fit_pools())
             self._refresh(batch, xs)
             self._writing(batch, self.graphs[bucket].replay)
-            return PrefillStep("graph", bucket, batch, tuple(buf.latent[:bucket] for buf in self.static.layers))
+            return PrefillStep("graph", bucket, batch, self._latents[bucket])
 
     @property
     def unfinished(self) -> str | None:
