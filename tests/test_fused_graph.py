@@ -322,3 +322,18 @@ def test_the_per_batch_version_the_fix_replaces_is_right_eagerly_and_refused_by_
     with pytest.raises(RuntimeError, match="Cannot copy between CPU and CUDA tensors during CUDA graph capture"):
         with c2.Graph().capture():
             compress_layers_per_batch(rows, broken, batch.extend_offsets.tolist(), 11)
+
+
+def test_refresh_takes_one_tensor_for_a_one_layer_runner_as_run_does():
+    layer = c2.SourceLayer(CFG, seed=9)
+    alloc = c2.ReqToTokenPool(CFG, 4, 64, seed=9)
+    pools = c2.Pools(CFG, 4, alloc.kv_slots).poison(POISON)
+    ref = pools.clone()
+    runner = c2.PrefillGraphRunner(layer, pools, buckets=[16], request_slots=SLOTS)
+    reqs = [(0, 0, 5), (1, 1, 6)]
+    batch = c2.ExtendBatch.build(reqs, alloc, request_slots=SLOTS, pad_to=16)
+    x = layer.random_hidden(11, seed=9)
+    runner.refresh(batch, x)
+    runner.graphs[16].replay()
+    c2.compress(layer, x, batch, ref)
+    assert all(compare_pools(pools, ref))

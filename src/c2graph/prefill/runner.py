@@ -289,7 +289,7 @@ class PrefillGraphRunner:
                     f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; expected one of "
                     f"this runner's buckets ({self.buckets}) and {self.request_slots} request slots "
                     "(ExtendBatch.build's pad_to and request_slots)")
-            self._check_xs(xs, batch.live_rows)
+            xs = self._check_xs(xs, batch.live_rows)
             self.check_captured()
             for i, pools in enumerate(self.layer_pools):
                 where = f"pools[{i}]: " if len(self.layer_pools) > 1 else ""
@@ -313,7 +313,8 @@ class PrefillGraphRunner:
     def project(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
         """The eager break before the captured work: each layer's source projection on the live
         rows (the runner's ``projection``), written into its static projection buffer, the tail up
-        to the bucket zeroed. ``xs`` as in :meth:`run`."""
+        to the bucket zeroed, and the latents filled with NaN (:meth:`StaticBuffers.clear`). ``xs``
+        as in :meth:`run`."""
         xs = self._check_xs(xs, batch.live_rows)
         self._project(batch.live_rows, xs)
         self.static.clear(batch.live_rows, batch.num_rows)
