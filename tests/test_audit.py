@@ -27,7 +27,7 @@ import c2graph as c2
 from c2graph.compressor.model import layer_pools, model_preset
 from c2graph.graphs.audit import audit_capture
 from c2graph.prefill.runner_audit import audit_batch
-from c2graph.prefill.broken_offsets import BrokenOffsetsRunner
+from c2graph.workshop.broken_offsets import BrokenOffsetsRunner
 from c2graph.graphs.graph import Graph, warmup
 
 HOST_COPY = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"

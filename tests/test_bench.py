@@ -359,3 +359,47 @@ def test_pictures_draw_the_stored_values(smoke):
     hatched = next(v for k, v in bars.items() if "a program" in k)
     assert solid == [r["bw_fraction"] for r in graph.values()]
     assert hatched == [r["bw_fraction_weights_per_program"] for r in graph.values()]
+
+
+# ------------------------------------------------------------------------------------------------
+# the host-cost table
+# ------------------------------------------------------------------------------------------------
+
+HOST_COST_CALLS = ("compress_fused, validate=False", "compress_fused, validate=True",
+                   "the fused kernel launched directly", "ExtendBatch.build (pages and checks)")
+
+
+def assert_host_cost(data: dict, layers: int) -> None:
+    """The host-cost file's fields: every call measured once, host times positive, a step's total
+    (until the GPU is done) no shorter than its host time."""
+    from c2graph.measure import bench_host
+
+    assert data["schema"] == bench_host.SCHEMA
+    whats = [r["what"] for r in data["records"]]
+    assert whats == [*HOST_COST_CALLS, *(f"runner.run, {layers} layers, projection={p!r}" for p in ("exact", "engine"))]
+    for r in data["records"]:
+        assert r["host_us"] > 0
+        assert (r["total_us"] is None) == (not r["what"].startswith("runner.run"))
+        assert r["total_us"] is None or r["total_us"] >= r["host_us"]
+    assert data["build_s_request_slots_4096"] > 0
+
+
+def test_host_cost_smoke_writes_its_own_file(tmp_path, capsys):
+    out = tmp_path / "host.json"
+    assert bench.main(["--host-cost", "--smoke", "--reps", "1", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["smoke"] is True and data["config"] == "tiny"
+    assert_host_cost(data, layers=4)
+    printed = capsys.readouterr().out
+    assert "runner.run, 4 layers, projection='engine'" in printed and f"wrote {out}" in printed
+
+
+HOST_STORED = sorted((ROOT / results.RESULTS_FOLDER / "host-cost").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", HOST_STORED, ids=[p.name for p in HOST_STORED])  # none stored: pytest says so
+def test_stored_host_costs_are_gpu_runs(path):
+    data = json.loads(path.read_text())
+    assert data["smoke"] is False and data["config"] == "dsv41" and data["bucket"] == 2048
+    assert path == bench.default_file(data["device"], data["date"], path.parent)
+    assert_host_cost(data, layers=18)

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 import c2graph as c2  # noqa: E402
 from c2graph.pictures.draw import draw_batch, draw_gate_weights, draw_path, draw_ring  # noqa: E402
-from c2graph.pictures.figures import main as figures_main  # noqa: E402
+from c2graph.workshop.figures import main as figures_main  # noqa: E402
 from c2graph.measure.results import newest_results  # noqa: E402
 
 CFG = c2.Config.tiny()

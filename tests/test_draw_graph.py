@@ -16,7 +16,7 @@ from slot_cases import doctored_replay  # noqa: E402
 from support import POISON, make_case  # noqa: E402
 
 import c2graph as c2  # noqa: E402
-from c2graph.prefill.broken_offsets import BrokenOffsetsRunner  # noqa: E402
+from c2graph.workshop.broken_offsets import BrokenOffsetsRunner  # noqa: E402
 from c2graph.pictures.style import PADDING_COLOUR, request_colour  # noqa: E402
 from c2graph.pictures.draw_graph import (  # noqa: E402
     DIFFERS,

@@ -18,7 +18,7 @@ from support import POISON, make_case, untouched_slots_keep_poison
 import c2graph as c2
 from c2graph.compressor.fused import SMALL_BUCKET_GROUPS_PER_BLOCK, grid_blocks
 from c2graph.compressor.model import layer_pools, model_preset, served_layers
-from c2graph.prefill.broken_offsets import VARIANTS, BrokenOffsetsRunner
+from c2graph.workshop.broken_offsets import VARIANTS, BrokenOffsetsRunner
 from c2graph.measure.compare import compare, compare_pools
 
 HOST_COPY = "Cannot copy between CPU and CUDA tensors during CUDA graph capture"

@@ -1,7 +1,7 @@
 """``python -m c2graph COMMAND``: the package's command line.
 
 - ``bench``: the GPU benchmark (:mod:`c2graph.measure.bench`)
-- ``figures FOLDER``: write the figures (:mod:`c2graph.pictures.figures`)
+- ``figures FOLDER``: write the figures (:mod:`c2graph.workshop.figures`)
 - ``dp --ranks N``: data-parallel ranks as real processes (:mod:`c2graph.dp`)
 """
 
@@ -11,7 +11,7 @@ import sys
 
 COMMANDS = {
     "bench": "c2graph.measure.bench",
-    "figures": "c2graph.pictures.figures",
+    "figures": "c2graph.workshop.figures",
     "dp": "c2graph.dp",
 }
 

@@ -130,10 +130,13 @@ def grid_blocks(grid_rows: int, request_slots: int, groups_per_block: int) -> in
     (the block that parks trailing requests with no rows).
 
     The kernel numbers a request's groups by its rows 0 and 1, 2 and 3, ..., so a request of ``n``
-    rows has at most ``(n + 1) // 2`` groups, and a batch at most ``(grid_rows + request_slots) // 2``.
-    A static size: the grid never depends on the batch's requests.
+    rows has at most ``(n + 1) // 2`` groups; at most ``min(grid_rows, request_slots)`` requests have
+    a row, so a batch has at most ``(grid_rows + min(grid_rows, request_slots)) // 2`` groups. A
+    static size: the grid never depends on the batch's requests, and request slots past the rows
+    (4096 slots in a bucket of 16 rows) add no block.
     """
-    return (grid_rows + request_slots) // (2 * groups_per_block) + 1 if grid_rows > 0 else 0
+    most_requests = min(grid_rows, request_slots)
+    return (grid_rows + most_requests) // (2 * groups_per_block) + 1 if grid_rows > 0 else 0
 
 
 def kernel_blocks(D: int, rows: int) -> KernelBlocks:

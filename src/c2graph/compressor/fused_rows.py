@@ -154,6 +154,9 @@ def park_in_ring(projected_ptr, ring_ptr, pos_ptr, req_ptr, raw_ptr, starts, end
     j = tl.arange(0, RING_PAD)
     both = tl.arange(0, 2 * D)  # | kv | score |
     slots = tl.arange(0, S_PAD)
+    # The slots past the last request with rows park nothing (the slots past the batch all share
+    # one first pair number, in one block): the loop stops before them, whatever the request slots.
+    hi = tl.minimum(hi, tl.max(tl.where(ends > starts, slots, -1), axis=0) + 1)
     for r in range(lo, hi):
         end = tl.sum(tl.where(slots == r, ends, 0), axis=0)
         n_park = tl.maximum(tl.minimum(end - tl.sum(tl.where(slots == r, starts, 0), axis=0), RING), 0)

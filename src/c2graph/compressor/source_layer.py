@@ -63,6 +63,12 @@ class SourceLayer:
         return torch.randn(rows, self.cfg.hidden, generator=g).to(torch.bfloat16).to(self.device)
 
 
+PROJECTIONS = ("exact", "engine")
+"""How the source projection's GEMM runs (:func:`project_rows`): ``"exact"``, float64, the same bits
+for a row whatever the rows beside it (the notebooks and the tests compare with it); ``"engine"``,
+a bf16 GEMM with fp32 output, as the serving engine runs it."""
+
+
 def _matmul_bf16_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """``x @ w.T`` with bf16 operands and an fp32 result (``[T, N]`` fp32).
 
@@ -75,6 +81,31 @@ def _matmul_bf16_fp32(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     and its last bits can change with it.)
     """
     return (x.double() @ w.double().T).float()
+
+
+def _matmul_engine(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """``x @ w.T`` as the engine runs it: one bf16 GEMM accumulating in fp32, its fp32 result
+    written straight into ``out`` where given. On CUDA, cuBLAS through ``torch.mm(..., out_dtype=
+    torch.float32)``; a CPU has no such GEMM, so there the bf16 values are widened to fp32 first
+    (the same products, exact in fp32, summed in fp32)."""
+    if x.is_cuda:
+        return torch.mm(x, w.T, out_dtype=torch.float32, out=out)
+    y = x.float() @ w.float().T
+    return y if out is None else out.copy_(y)
+
+
+def project_rows(x: torch.Tensor, w: torch.Tensor, projection: str = "exact",
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """``x @ w.T`` (``[T, hidden]`` bf16 times ``[N, hidden]`` bf16 -> ``[T, N]`` fp32) the way
+    ``projection`` names (:data:`PROJECTIONS`), into ``out`` (``[T, N]`` fp32, contiguous) where
+    given. Checks nothing but ``projection``: :func:`project` and :func:`project_fused` check their
+    arguments first."""
+    if projection == "engine":
+        return _matmul_engine(x, w, out)
+    if projection != "exact":
+        raise ValueError(f"projection = {projection!r}; expected one of {PROJECTIONS}")
+    y = _matmul_bf16_fp32(x, w)
+    return y if out is None else out.copy_(y)
 
 
 def check_hidden(layer: SourceLayer, x: torch.Tensor) -> None:
@@ -95,20 +126,23 @@ def check_on_layer(name: str, t: torch.Tensor, dtype: torch.dtype, layer: Source
         raise ValueError(f"{name} is on {t.device}; expected the layer's device ({layer.device})")
 
 
-def project(layer: SourceLayer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def project(layer: SourceLayer, x: torch.Tensor, *, projection: str = "exact") -> tuple[torch.Tensor, torch.Tensor]:
     """The unfused source projection: ``kv = x @ wkv.T``, ``score = x @ wgate.T``.
 
     ``x``: ``[T, hidden]`` bf16 -> ``(kv, score)``: ``[T, D]`` fp32 each (two separate buffers).
+    ``projection``: how the GEMMs run (:data:`PROJECTIONS`).
     """
     check_hidden(layer, x)
-    return _matmul_bf16_fp32(x, layer.wkv), _matmul_bf16_fp32(x, layer.wgate)
+    return project_rows(x, layer.wkv, projection), project_rows(x, layer.wgate, projection)
 
 
-def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None = None, *,
+                  projection: str = "exact") -> torch.Tensor:
     """The fused-gate source projection: one GEMM with ``wkv_gate``.
 
     ``x``: ``[T, hidden]`` bf16 -> ``[T, 2D]`` fp32 whose halves are ``| kv | score |``.
     With ``out`` (``[>= T, 2D]`` fp32, on the layer's device) the rows are written into ``out[:T]``.
+    ``projection``: how the GEMM runs (:data:`PROJECTIONS`).
     """
     check_hidden(layer, x)
     if out is not None:
@@ -117,10 +151,11 @@ def project_fused(layer: SourceLayer, x: torch.Tensor, out: torch.Tensor | None 
             shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise ValueError(f"out has shape {shape}; expected [>= {T}, 2D = {D2}] (at least x's {T} rows)")
         check_on_layer("out", out, torch.float32, layer)
-    y = _matmul_bf16_fp32(x, layer.wkv_gate)
+    if projection not in PROJECTIONS:
+        raise ValueError(f"projection = {projection!r}; expected one of {PROJECTIONS}")
     if out is None:
-        return y
-    out[: y.shape[0]].copy_(y)
+        return project_rows(x, layer.wkv_gate, projection)
+    project_rows(x, layer.wkv_gate, projection, out=out[: x.shape[0]])
     return out
 
 

@@ -5,6 +5,6 @@
 - counting: :mod:`.opcount` (dispatcher ops, CUDA kernels) and :mod:`.traffic` (the bytes the
   compressor must move)
 - benchmarking on a GPU: :mod:`.bench` (``python -m c2graph bench``), its cases
-  (:mod:`.bench_cases`, :mod:`.bench_model`, :mod:`.compiled`), its timers (:mod:`.timing`) and
-  the stored results' schema (:mod:`.results`)
+  (:mod:`.bench_cases`, :mod:`.bench_model`, :mod:`.compiled`), its timers (:mod:`.timing`), the
+  stored results' schema (:mod:`.results`) and the host-cost table (:mod:`.bench_host`)
 """

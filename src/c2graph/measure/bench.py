@@ -22,6 +22,10 @@ written down as skipped, with the reason, as is any variant that fails. Results 
 ``--smoke`` runs the same code with the ``tiny`` preset, two small buckets and a few reps, on
 whatever device there is (wall-clock timers on a CPU): it checks the benchmark, it measures
 nothing, and its file says so. Name its file with ``--out``; never store it as results.
+
+A GPU run ends with the host-cost table (:mod:`.bench_host`: what the host spends on a call, a
+step's total), in a file of its own, ``<folder>/host-cost/<date>-<device>.json``;
+``--host-cost`` measures that table alone.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from ..compressor.config import Config
 from ..compressor.source_layer import SourceLayer
 from ..compressor.torch_path import compress_torch
 from . import bench_cases
+from .bench_host import host_cost_table, run_host_cost
 from .bench_model import measure_model
 from .compiled import VARIANTS, compiled
 from .opcount import count_cuda_kernels, count_ops
@@ -269,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-budget-s", type=float, default=360.0,
                         help="start no new measurement after this many seconds (default: %(default)s)")
     parser.add_argument("--smoke", action="store_true", help="a quick check of the benchmark (tiny preset); measures nothing")
+    parser.add_argument("--host-cost", action="store_true",
+                        help="only the host-cost table (written to FOLDER/host-cost/, or to --out)")
     args = parser.parse_args(argv)
     if args.smoke and not args.out:
         parser.error("--smoke measures nothing worth storing: name its file with --out")
@@ -276,16 +283,29 @@ def main(argv: list[str] | None = None) -> int:
         print("python -m c2graph bench measures on a CUDA GPU, and this machine has none "
               "(--smoke --out FILE checks the benchmark on a CPU).", file=sys.stderr)
         return 2
+    today = datetime.date.today().isoformat()
+    host_file = default_file(_runtime.environment()["device"], today, Path(args.folder) / "host-cost")
+    if args.host_cost:
+        return _host_cost(Path(args.out) if args.out else host_file, args.smoke, args.reps)
     rows = tuple(int(n) for n in args.rows.split(",")) if args.rows else (SMOKE_ROWS if args.smoke else ROWS)
     reps = args.reps if args.reps is not None else (3 if args.smoke else 100)
-    today = datetime.date.today().isoformat()
     out = Path(args.out) if args.out else default_file(_runtime.environment()["device"], today, args.folder)
     data = run_bench(rows=rows, paths=tuple(args.paths.split(",")), reps=reps, smoke=args.smoke,
                      time_budget_s=args.time_budget_s, out=out)
     print(results_table(data))
     print(f"wrote {out}")
     failed = [s for s in data["skipped"] if s["reason"].startswith("failed")]
-    return 1 if failed else 0
+    host = 0 if args.smoke else _host_cost(host_file, False, None)
+    return 1 if failed or host else 0
+
+
+def _host_cost(out: Path, smoke: bool, reps: int | None) -> int:
+    """Measure the host-cost table, write it to ``out`` and print it."""
+    data = run_host_cost(reps=reps if reps is not None else (3 if smoke else 200), smoke=smoke)
+    write_results(data, out)
+    print(host_cost_table(data))
+    print(f"wrote {out}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The pictures: drawings of batches, the ring, the fused kernel's programs and captured graphs,
-the explorer widgets, and ``python -m c2graph figures FOLDER`` that writes them to ``figures/``.
+and the explorer widgets (``python -m c2graph figures FOLDER``, in :mod:`c2graph.workshop.figures`,
+writes them to ``figures/``).
 
 Modules: :mod:`.style` (what every picture shares: colours, words, sizes), :mod:`.draw` (a
 ragged batch, the ring, the gate), :mod:`.diagram` (the block diagram of one source layer),
@@ -7,5 +8,5 @@ ragged batch, the ring, the gate), :mod:`.diagram` (the block diagram of one sou
 :mod:`.draw_offsets` (the static offsets tensor and its rows), :mod:`.draw_graph` (the prefill
 graph's buffers and nodes, and the slots a replay got wrong), :mod:`.timeline` (where one launch's
 programs spend their time), :mod:`.bench_plots` (stored benchmark results), :mod:`.explorer` and
-:mod:`.offsets_explorer` (the notebooks' sliders), :mod:`.figures` (``python -m c2graph figures``).
+:mod:`.offsets_explorer` (the notebooks' sliders).
 """

@@ -26,8 +26,20 @@ complete no group; so does a replay), and replay.
 
 A graph writes the tensors it captured, whatever the runner holds later: a replay after
 ``runner.layer_pools`` (or a pools' cache or ring, a layer's weights, a static buffer) was rebound
-would write the old memory. The runner keeps where each captured tensor lives and refuses to
-replay when one moved (build a new runner over the new pools).
+would write the old memory. The runner keeps, at capture, the captured tensors and their
+addresses, and refuses to replay when one moved (build a new runner over the new pools): one
+comparison of identities and data pointers a step.
+
+What the runner leaves to its caller: a replay compresses the batch loaded last, over the ring
+its previous step left. :meth:`PrefillGraphRunner.run` loads before every replay; one who drives
+the graphs directly (``runner.graphs[bucket].replay()``, after :meth:`~PrefillGraphRunner.refresh`)
+must not replay twice without a refresh: the second replay runs the batch again over the ring
+rows the first parked, so a request that starts at an odd position pairs its first row with its
+own last row (wrong caches, and nothing can tell). A step interrupted once it began writing the
+caches (a ``KeyboardInterrupt`` between layers) leaves some layers written and others not; the
+next :meth:`~PrefillGraphRunner.run` refuses, saying so and what to do
+(:meth:`~PrefillGraphRunner.clear_unfinished`). The engine's own piece, without the runner's
+checks, buffers and audit: :mod:`.fused_graph`.
 
 Threads: a runner runs one batch at a time. :meth:`PrefillGraphRunner.run` and
 :meth:`PrefillGraphRunner.refresh` hold its :attr:`~PrefillGraphRunner.lock`, so two threads
@@ -52,11 +64,12 @@ from ..compressor.fused import compress_fused
 from ..compressor.model import check_layers_and_pools, one_layer
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
-from ..compressor.source_layer import SourceLayer, check_hidden, project, project_fused
+from ..compressor.source_layer import PROJECTIONS, SourceLayer, check_hidden, project_rows
 from ..compressor.torch_path import compress_torch
 from ..graphs.graph import Graph, warmup
+from .captured import CapturedTensors
 from .runner_audit import audit_runner
-from .static_batch import StaticBatch
+from .static_batch import StaticBuffers
 
 
 @dataclass
@@ -76,46 +89,6 @@ class PrefillStep:
     latent = one_layer("latents", owner="step")
 
 
-class LayerBuffers:
-    """The static buffers of one source layer, ``rows`` long: its projection output and its latents.
-
-    ``projected``: ``[rows, 2D]`` fp32 (a layer with the fused gate), or ``kv`` and ``score``:
-    ``[rows, D]`` fp32 each (one without); ``latent``: ``[rows, D]`` bf16.
-    """
-
-    def __init__(self, layer: SourceLayer, rows: int, device: torch.device):
-        D = layer.cfg.D
-        f32 = dict(dtype=torch.float32, device=device)
-        if layer.use_fused_gate:
-            self.projected = torch.zeros(rows, 2 * D, **f32)
-        else:
-            self.kv = torch.zeros(rows, D, **f32)
-            self.score = torch.zeros(rows, D, **f32)
-        self.latent = torch.zeros(rows, D, dtype=torch.bfloat16, device=device)
-
-    def tensors(self) -> dict[str, torch.Tensor]:
-        """Every buffer by name."""
-        return dict(vars(self))
-
-
-class StaticBuffers(StaticBatch):
-    """Every tensor the captured work reads or writes, at a fixed address, sized for the largest bucket.
-
-    The row metadata and ``low_ratio_extend_offsets`` (the :class:`StaticBatch`, one view per
-    bucket) are shared by all layers; ``layers[i]`` holds layer ``i``'s :class:`LayerBuffers`.
-    """
-
-    def __init__(self, layers: Sequence[SourceLayer], buckets: Sequence[int], request_slots: int,
-                 device: torch.device):
-        super().__init__(max(buckets), request_slots, device, buckets=buckets)
-        self.layers = [LayerBuffers(layer, self.bucket, device) for layer in layers]
-
-    projected = one_layer("layers", "projected", owner="static")
-    kv = one_layer("layers", "kv", owner="static")
-    score = one_layer("layers", "score", owner="static")
-    latent = one_layer("layers", "latent", owner="static")
-
-
 class PrefillGraphRunner:
     """Runs extend batches of one or many source layers through per-bucket prefill graphs.
 
@@ -125,7 +98,12 @@ class PrefillGraphRunner:
     is padded up to the next one). ``request_slots``: the most requests one batch may hold.
     A layer with the fused gate runs the fused path in the graph, one without the torch path.
     ``capture=False`` allocates the buffers but captures no graph (:meth:`audit` captures its
-    own; :meth:`run` then refuses).
+    own; :meth:`run` then refuses). ``projection``: how the source projection's GEMMs run, outside
+    the graph (:data:`~c2graph.compressor.source_layer.PROJECTIONS`): ``"exact"`` (float64, the
+    default: a replay equals eager bitwise) or ``"engine"`` (a bf16 GEMM with fp32 output, as the
+    engine runs it: its last bits can change with the row count, so it is compared within a
+    tolerance, never bitwise). An eager step runs :func:`~c2graph.compressor.compress.compress`,
+    whose projection is the exact one.
     """
 
     def __init__(
@@ -137,9 +115,13 @@ class PrefillGraphRunner:
         request_slots: int,
         warmup_iters: int = 2,
         capture: bool = True,
+        projection: str = "exact",
     ):
         self.layers, self.layer_pools = check_layers_and_pools(layers, pools)
         warmup_iters = as_int("warmup_iters", warmup_iters, least=0)
+        if projection not in PROJECTIONS:
+            raise ValueError(f"projection = {projection!r}; expected one of {PROJECTIONS}")
+        self.projection = projection
         buckets = sorted(set(as_ints("buckets", buckets, least=1)))
         for i, b in enumerate(buckets):
             as_int(f"buckets[{i}]", b, below=MAX_ROWS, below_is="2**31 (the extend offsets are int32)")
@@ -150,7 +132,10 @@ class PrefillGraphRunner:
         self.lock = threading.RLock()
         """Held by :meth:`run` and :meth:`refresh`: one batch at a time (see the module docstring)."""
         self._memory_pool = None  # the first graph's, shared by the others
-        self._captured = self._targets()  # where every tensor the graphs read or write lives
+        self._unfinished: str | None = None  # the step that began writing the caches and did not return
+        self._captured = CapturedTensors(self)  # every tensor the graphs read or write, and where
+        # each bucket's latents as a step returns them: views of the static buffers, made once
+        self._latents = {b: tuple(buf.latent[:b] for buf in self.static.layers) for b in buckets}
         if capture:
             for bucket in reversed(buckets):  # largest first: the smaller ones fit in its memory
                 self.graphs[bucket] = self._capture(bucket, warmup_iters)
@@ -234,6 +219,7 @@ class PrefillGraphRunner:
         Holds :attr:`lock` (one batch at a time).
         """
         with self.lock:
+            self._check_finished()
             requests = check_requests(requests, allocator)
             live = sum(r.extend_len for r in requests)
             xs = self._check_xs(xs, live)
@@ -246,10 +232,44 @@ class PrefillGraphRunner:
                 raise RuntimeError(f"no graph for bucket {bucket}: this runner was built with capture=False")
             self.check_captured()
             batch = ExtendBatch.build(requests, allocator, request_slots=self.request_slots, pad_to=bucket,
-                                      device=self.device, pools=self.layer_pools)
+                                      device=self.device, pools=self._fit_pools())
             self._refresh(batch, xs)
-            self.graphs[bucket].replay()
-            return PrefillStep("graph", bucket, batch, tuple(buf.latent[:bucket] for buf in self.static.layers))
+            self._writing(batch, self.graphs[bucket].replay)
+            return PrefillStep("graph", bucket, batch, self._latents[bucket])
+
+    @property
+    def unfinished(self) -> str | None:
+        """The step that began writing the caches and rings and did not return (interrupted, or
+        failed), in words; ``None`` when the last one finished."""
+        return self._unfinished
+
+    def clear_unfinished(self) -> None:
+        """Say that the caches of the :attr:`unfinished` step's requests were dealt with (its requests
+        freed, to be prefilled again from position 0), so :meth:`run` runs again."""
+        with self.lock:
+            self._unfinished = None
+
+    def _check_finished(self) -> None:
+        if self._unfinished is not None:
+            raise RuntimeError(
+                f"the last step ({self._unfinished}) did not finish: it was interrupted after it began writing "
+                "the layers' caches and rings, so some layers may hold its writes and others not, and a "
+                "request of it run again would pair its rows with ring rows that step parked. Free its "
+                "requests (allocator.free(pool_index)) and prefill them again from position 0, then call "
+                "runner.clear_unfinished()")
+
+    def _writing(self, batch: ExtendBatch, write) -> None:
+        """``write()``, the part of a step that writes the caches and rings, marked unfinished until it returns."""
+        indices = ", ".join(str(r.pool_index) for r in batch.requests)
+        self._unfinished = f"{batch.batch_size} request(s), pool indices [{indices}], {batch.num_rows} rows"
+        write()
+        self._unfinished = None
+
+    def _fit_pools(self):
+        """The pools a batch is checked against before a page is given: one, when every layer's
+        pools have one size (the checks depend only on it), else each layer's."""
+        sizes = {(p.pool_requests, p.kv_slots) for p in self.layer_pools}
+        return self.layer_pools[0] if len(sizes) == 1 else self.layer_pools
 
     def refresh(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor], *, validate: bool = True) -> None:
         """Everything done between two replays: the metadata by ``copy_``, once for all layers
@@ -269,7 +289,7 @@ class PrefillGraphRunner:
                     f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; expected one of "
                     f"this runner's buckets ({self.buckets}) and {self.request_slots} request slots "
                     "(ExtendBatch.build's pad_to and request_slots)")
-            self._check_xs(xs, batch.live_rows)
+            xs = self._check_xs(xs, batch.live_rows)
             self.check_captured()
             for i, pools in enumerate(self.layer_pools):
                 where = f"pools[{i}]: " if len(self.layer_pools) > 1 else ""
@@ -279,54 +299,34 @@ class PrefillGraphRunner:
             self._refresh(batch, xs)
 
     def _refresh(self, batch: ExtendBatch, xs) -> None:
-        """:meth:`refresh` of a batch already checked."""
+        """:meth:`refresh` of a batch and hidden states already checked."""
         self.static.load(batch)
-        self.project(batch, xs)
-        for buf in self.static.layers:
-            buf.latent[: batch.num_rows].fill_(float("nan"))
+        self._project(batch.live_rows, xs)
+        self.static.clear(batch.live_rows, batch.num_rows)
 
     def check_captured(self) -> None:
         """``ValueError`` naming the first tensor the graphs captured that the runner no longer holds
         where it was captured (a rebound cache or ring, replaced ``layer_pools`` or ``layers``, a
-        static buffer): a replay would write the old memory."""
-        now = self._targets()
-        for name, was in self._captured.items():
-            if now.get(name) != was:
-                raise ValueError(
-                    f"runner.{name} is not the tensor the graphs captured (it was rebound, or its layer or "
-                    "pools replaced, after capture); a replay would write the captured memory, not it. "
-                    "Expected the captured tensor: put it back, or build a new PrefillGraphRunner")
-        if len(now) != len(self._captured):
-            raise ValueError(f"runner.layers has {len(self.layers)} layers and runner.layer_pools "
-                             f"{len(self.layer_pools)} pools; expected the {len(self.static.layers)} captured")
-
-    def _targets(self) -> dict[str, tuple]:
-        """Where every tensor the captured work reads or writes lives: name -> (data pointer, shape,
-        strides, dtype). Reads no tensor value."""
-        tensors = {f"static.{name}": t for name, t in self.static.metadata().items()}
-        for i, (layer, pools, buf) in enumerate(zip(self.layers, self.layer_pools, self.static.layers)):
-            tensors.update({f"layer_pools[{i}].{name}": t for name, t in pools.tensors().items()})
-            tensors.update({f"layers[{i}].{name}": getattr(layer, name) for name in ("norm_w", "wk", "k_norm_w",
-                                                                                    "inv_freq")})
-            tensors.update({f"static.layers[{i}].{name}": t for name, t in buf.tensors().items()})
-        return {name: (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype) if isinstance(t, torch.Tensor)
-                else (type(t).__name__,) for name, t in tensors.items()}
+        static buffer): a replay would write the old memory (:class:`~.captured.CapturedTensors`)."""
+        self._captured.check(self)
 
     def project(self, batch: ExtendBatch, xs: torch.Tensor | Sequence[torch.Tensor]) -> None:
         """The eager break before the captured work: each layer's source projection on the live
-        rows, written into its static projection buffer, the tail up to the bucket zeroed.
-        ``xs`` as in :meth:`run`."""
+        rows (the runner's ``projection``), written into its static projection buffer, the tail up
+        to the bucket zeroed, and the latents filled with NaN (:meth:`StaticBuffers.clear`). ``xs``
+        as in :meth:`run`."""
         xs = self._check_xs(xs, batch.live_rows)
-        live, bucket = batch.live_rows, batch.num_rows
+        self._project(batch.live_rows, xs)
+        self.static.clear(batch.live_rows, batch.num_rows)
+
+    def _project(self, live: int, xs: Sequence[torch.Tensor]) -> None:
+        """:meth:`project`'s GEMMs, of hidden states already checked."""
         for layer, buf, x in zip(self.layers, self.static.layers, xs):
             if layer.use_fused_gate:
-                project_fused(layer, x, out=buf.projected)
-                buf.projected[live:bucket].zero_()
+                project_rows(x, layer.wkv_gate, self.projection, out=buf.projected[:live])
             else:
-                kv, score = project(layer, x)
-                for target, value in ((buf.kv, kv), (buf.score, score)):
-                    target[:live].copy_(value)
-                    target[live:bucket].zero_()
+                project_rows(x, layer.wkv, self.projection, out=buf.kv[:live])
+                project_rows(x, layer.wgate, self.projection, out=buf.score[:live])
 
     def _check_xs(self, xs, live: int) -> tuple[torch.Tensor, ...]:
         xs = (xs,) if isinstance(xs, torch.Tensor) else tuple(xs)
@@ -341,9 +341,11 @@ class PrefillGraphRunner:
 
     def _run_eager(self, requests, allocator, xs, pad_to) -> PrefillStep:
         batch = ExtendBatch.build(requests, allocator, request_slots=max(self.request_slots, len(requests)),
-                                  pad_to=pad_to, device=self.device, pools=self.layer_pools)
-        latents = tuple(compress(layer, x, batch, pools) for layer, x, pools in zip(self.layers, xs, self.layer_pools))
-        return PrefillStep("eager", None, batch, latents)
+                                  pad_to=pad_to, device=self.device, pools=self._fit_pools())
+        latents = []
+        self._writing(batch, lambda: latents.extend(
+            compress(layer, x, batch, pools) for layer, x, pools in zip(self.layers, xs, self.layer_pools)))
+        return PrefillStep("eager", None, batch, tuple(latents))
 
     # -- inspection -------------------------------------------------------------------------
 

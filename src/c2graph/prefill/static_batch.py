@@ -8,8 +8,8 @@ A graph captures pointers, so the batch it runs on must live in tensors that nev
 before each replay :meth:`StaticBatch.load` copies the next batch's metadata in with ``copy_``.
 
 The prefill graph runner keeps one static batch for all its buckets (each bucket's graph reads
-the first ``bucket`` rows: :meth:`StaticBatch.view`); notebook 03's exercises keep one of one
-bucket (:attr:`StaticBatch.batch`).
+the first ``bucket`` rows: :meth:`StaticBatch.view`), with every layer's buffers beside it
+(:class:`StaticBuffers`); notebook 03's exercises keep one of one bucket (:attr:`StaticBatch.batch`).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from .._runtime import DEFAULT_DEVICE
 from ..compressor.arguments import allocate, as_device, as_int
 from ..compressor.batch import MAX_ROWS, ROW_TENSORS as ROWS, ExtendBatch, Request
 from ..compressor.extend_offsets import build_extend_offsets
+from ..compressor.model import one_layer
+from ..compressor.source_layer import SourceLayer
 
 
 class StaticBatch:
@@ -121,6 +123,63 @@ class StaticBatch:
         needed = max(kv_slots_needed, self._held["c2_slot"][1] + 1, self._held["raw_out_loc"][1] // 2 + 1)
         self._loaded = (rows, tuple(requests), dict(extents), needed)
         self._views: dict[int, ExtendBatch] = {}
+
+
+class LayerBuffers:
+    """The static buffers of one source layer: its projection output and its latents, views of
+    :class:`StaticBuffers`' blocks.
+
+    ``projected``: ``[rows, 2D]`` fp32 (a layer with the fused gate), or ``kv`` and ``score``:
+    ``[rows, D]`` fp32 each (one without); ``latent``: ``[rows, D]`` bf16.
+    """
+
+    def __init__(self, **buffers: torch.Tensor):
+        vars(self).update(buffers)
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Every buffer by name."""
+        return dict(vars(self))
+
+
+class StaticBuffers(StaticBatch):
+    """Every tensor the captured work reads or writes, at a fixed address, sized for the largest bucket.
+
+    The row metadata and ``low_ratio_extend_offsets`` (the :class:`StaticBatch`, one view per
+    bucket) are shared by all layers; ``layers[i]`` holds layer ``i``'s :class:`LayerBuffers`. The
+    layers' buffers of one kind are slices of one block (``blocks``), so that one launch clears a
+    kind for every layer before a replay (:meth:`clear`).
+    """
+
+    def __init__(self, layers: Sequence[SourceLayer], buckets: Sequence[int], request_slots: int,
+                 device: torch.device):
+        super().__init__(max(buckets), request_slots, device, buckets=buckets)
+        rows, D, n_fused = self.bucket, layers[0].cfg.D, sum(layer.use_fused_gate for layer in layers)
+        shapes = {"projected": (n_fused, rows, 2 * D), "kv": (len(layers) - n_fused, rows, D),
+                  "score": (len(layers) - n_fused, rows, D), "latent": (len(layers), rows, D)}
+        self.blocks = allocate("buckets", list(buckets), lambda: {
+            name: torch.zeros(*shape, dtype=torch.bfloat16 if name == "latent" else torch.float32, device=device)
+            for name, shape in shapes.items()})
+        fused, unfused = iter(self.blocks["projected"]), iter(zip(self.blocks["kv"], self.blocks["score"]))
+        self.layers = []
+        for layer, latent in zip(layers, self.blocks["latent"]):
+            if layer.use_fused_gate:
+                self.layers.append(LayerBuffers(projected=next(fused), latent=latent))
+            else:
+                kv, score = next(unfused)
+                self.layers.append(LayerBuffers(kv=kv, score=score, latent=latent))
+
+    projected = one_layer("layers", "projected", owner="static")
+    kv = one_layer("layers", "kv", owner="static")
+    score = one_layer("layers", "score", owner="static")
+    latent = one_layer("layers", "latent", owner="static")
+
+    def clear(self, live: int, rows: int) -> None:
+        """Before a replay of ``rows`` rows: zero every projection buffer past the ``live`` rows and
+        fill every latent row with NaN (what eager returns on rows that complete no group)."""
+        for name in ("projected", "kv", "score"):
+            if self.blocks[name].numel():
+                self.blocks[name][:, live:rows].zero_()
+        self.blocks["latent"][:, :rows].fill_(float("nan"))
 
 
 def _union(a: tuple[int, int], b: tuple[int, int]) -> tuple[int, int]:

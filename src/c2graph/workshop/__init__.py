@@ -22,7 +22,10 @@ pools every check of notebooks 01 and 03 runs on, the check's seeded generator, 
 pictures of a failed check, and notebook 03's capture of the reader's function), :mod:`.yours`
 (notebook 03 loads the reader's own functions from their notebook 01), :mod:`.my_graph`
 (notebook 03's workbench and checks), :mod:`.offsets` (notebook 04's), :mod:`.floors` (notebook
-05's), :mod:`.student` (the student copies).
+05's), :mod:`.student` (the student copies), :mod:`.broken_offsets` (the prefill graph runner with
+its offsets handled the ways that break in a graph: notebooks 03 and 04 run them), :mod:`.figures`
+(``python -m c2graph figures FOLDER``: the pictures a reader needs outside Jupyter, the broken
+variant's wrong slots among them).
 
 The notebooks define Triton kernels of their own: importing this package calls
 :func:`c2graph.interpret_triton`, so on a machine without CUDA the kernels a notebook decorates

@@ -18,8 +18,8 @@ projection) as it is:
 - ``"grid_from_batch"``: offsets are fine, but the grid is sized from the live rows of the batch
   seen at capture; replays never visit rows past them.
 
-Every variant replays the batch seen at capture in one way or another. What would a graph-safe
-way of handing the fused kernel its offsets have to satisfy? Notebook 04 answers it.
+Every variant replays the batch seen at capture in one way or another. What must a graph-safe way
+satisfy? Notebook 04 answers; :mod:`c2graph.prefill.fused_graph` is the answer an engine takes.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import torch
 from ..compressor.batch import ExtendBatch
 from ..compressor.fused import compress_fused_op
 from ..compressor.pools import Pools
-from .runner import PrefillGraphRunner
 from ..compressor.source_layer import SourceLayer
+from ..prefill.runner import PrefillGraphRunner
 
 VARIANTS: dict[str, str] = {
     "tolist": "reads the offsets back with .tolist() during capture",
@@ -117,4 +117,19 @@ class BrokenOffsetsRunner(PrefillGraphRunner):
             offsets, layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq,
             pools.kv_cache, pools.index_k, s.latent[:bucket],
             layer.cfg.eps, layer.cfg.ring_size, grid_rows,
+        )
+
+
+def compress_layers_per_batch(rows, layers, host_offsets: list[list[int]], live_rows: int) -> None:
+    """The engine's captured work (:func:`c2graph.prefill.fused_graph.compress_layers`) as an eager
+    engine writes it: the offsets made for each batch from the host's lists, and the grid sized
+    from its live rows. Right eagerly; a capture refuses its host-to-device copy, and a graph that
+    froze them would replay the capture batch's offsets and grid (``tensor_from_list`` and
+    ``grid_from_batch`` above). The fix is the difference of the two functions."""
+    offsets = torch.tensor(host_offsets, dtype=torch.int32, device=rows.pos.device)
+    for layer in layers:
+        compress_fused_op(
+            layer.projected, layer.ring, rows.pos, rows.req, rows.raw_out_loc, offsets,
+            layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq, layer.kv_cache, layer.index_k,
+            layer.latent, layer.eps, layer.ring_size, live_rows,
         )

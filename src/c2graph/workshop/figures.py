@@ -21,12 +21,12 @@ from ..compressor.config import Config
 from ..compressor.pools import Pools
 from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import SourceLayer
-from ..prefill.broken_offsets import BrokenOffsetsRunner
-from .draw import draw_batch, draw_path, draw_ring
-from .draw_fused import draw_extend_offsets, draw_programs
-from .draw_graph import draw_wrong_slots
-from .bench_plots import write_gpu_figures
 from ..measure.results import newest_results
+from ..pictures.bench_plots import write_gpu_figures
+from ..pictures.draw import draw_batch, draw_path, draw_ring
+from ..pictures.draw_fused import draw_extend_offsets, draw_programs
+from ..pictures.draw_graph import draw_wrong_slots
+from .broken_offsets import BrokenOffsetsRunner
 
 POOL_REQUESTS = 4
 # Requests 1 and 2 were prefilled up to pos 5 and 12 by an earlier batch; request 0 is new.
