@@ -32,7 +32,7 @@ from ..compressor.pools import POISON
 from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
-from .launch import check_on_puzzles, kernel_problem, launch, name_of, reported
+from .launch import check_on_puzzles, guarded, kernel_problem, launch, name_of, reported
 
 BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
 """The puzzles' sizes: rows a program, lanes of request slots, and the row sum's ``[16, 32]`` tile."""
@@ -158,17 +158,21 @@ def check_row_slots(fn, seed: int = 0) -> CheckResult:
     """Puzzle 1: ``fn`` writes each row's request slot, read from the extend offsets (-1: padding).
 
     Launched as ``fn[(cdiv(num_rows, BLOCK),)](offsets, slot, num_rows, request_slots, BLOCK=8,
-    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets sit in a
-    buffer whose next elements hold 1000, the output in one with ``BLOCK`` poisoned elements past
-    its end. Says which row, never written
-    or written wrong, and why.
+    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets (flat,
+    ``2 * request_slots`` values) in the middle of poisoned memory, the output in a buffer with
+    ``BLOCK`` poisoned elements past its end. Says which row, never written or written wrong, or
+    which read lay outside the offsets, and why.
     """
     def one(p) -> tuple[bool, str]:
         S, T = p.request_slots, p.num_rows
-        offsets = torch.full((2 * S + S_PAD,), 1000, dtype=torch.int32)
-        offsets[:2 * S] = p.offsets().flatten()
+        offsets = guarded(_dev(p.offsets().flatten()), INT_POISON)
         out = _dev(torch.full((T + BLOCK,), INT_POISON, dtype=torch.int32))
-        launch(fn, (triton.cdiv(T, BLOCK),), _dev(offsets), out, T, S, BLOCK=BLOCK, S_PAD=S_PAD)
+
+        def hint(name, row):
+            return ("the lanes of tl.arange(0, S_PAD) from request_slots on must claim no row and load nothing: "
+                    "load the offsets with mask=s < request_slots (other=0: start 0, count 0, an empty range)"
+                    if name == "offsets_ptr" and row >= 2 * S else "")
+        launch(fn, (triton.cdiv(T, BLOCK),), offsets, out, T, S, BLOCK=BLOCK, S_PAD=S_PAD, outside=hint)
         got, want = out.cpu().tolist(), p.slots().tolist()
         wrong = [r for r in range(T) if got[r] != want[r]]
         past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
@@ -195,18 +199,20 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
 
     Launched as ``fn[(cdiv(num_rows, BLOCK),)](x, ring, pos, req, first, group, out, num_rows,
     D=16, RING=2, BLOCK=8)``. Every row of ``x`` and of the ring holds values that say which row
-    it is, so a wrong row is named: which one was copied, and which was expected. Rows before and
-    after ``x`` and past the ring are guards that name a read out of bounds; ``out`` is poisoned.
+    it is, so a wrong row is named: which one was copied, and which was expected. Every input lies
+    in the middle of poisoned memory, and a read outside it is named; ``out`` is poisoned.
     """
     def one(p) -> tuple[bool, str]:
         T, x, ring = p.num_rows, puzzles.named_x(p.num_rows), puzzles.named_ring()
-        tail = torch.ones(BLOCK, dtype=torch.int64)  # past the last row: odd pos, a group, as if real
-        no = torch.zeros(BLOCK, dtype=torch.bool)
-        meta = [torch.cat([p.batch.pos, tail]), torch.cat([p.batch.req, 0 * tail]),
-                torch.cat([p.first(), no]), torch.cat([p.group(), ~no])]  # first and group: bool
+        meta = [guarded(_dev(t), 0 if t.dtype == torch.bool else INT_POISON)
+                for t in (p.batch.pos, p.batch.req, p.first(), p.group())]  # first and group: bool
         out = _dev(torch.full((T + BLOCK, puzzles.D), POISON))
-        launch(fn, (triton.cdiv(T, BLOCK),), _dev(x)[1:], _dev(ring), *map(_dev, meta), out, T,
-                D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK)
+
+        def hint(name, row):
+            return (f"row {row} is past the last row ({T} rows): mask the loads and the store with rows < num_rows"
+                    if row >= T else "the partner of a row that completes no group is never read: mask with group")
+        launch(fn, (triton.cdiv(T, BLOCK),), guarded(_dev(x[1:T + 1]), POISON), guarded(_dev(ring[:-1]), POISON),
+               *meta, out, T, D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK, outside=hint)
         got, want = out.cpu(), p.partner_source()
         expect = [None if w is None else x[w[1] + 1] if w[0] == "row" else ring[w[1]] for w in want]
         wrong = [r for r in range(T) if (expect[r] is None and not bool((got[r] == POISON).all()))
@@ -319,16 +325,26 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
 
 def _park_launch(fn, p: puzzles.Puzzle, programs: int) -> dict[int, str]:
     """Launch ``programs`` programs of ``fn`` on a fresh poisoned ring; ``{ring row: what it holds}``
-    for every ring row written. ``x``, ``pos`` and ``req`` have a guard before them; the offsets and
-    the first pairs, ``S_PAD`` zeros after them."""
-    S, zero = p.request_slots, torch.zeros(1, dtype=torch.int64)
+    for every ring row written. Every input lies in the middle of poisoned memory; a read outside
+    it is named."""
+    S = p.request_slots
     ring = _dev(torch.full((puzzles.POOL_REQUESTS * puzzles.RING + 1, puzzles.D), POISON))
-    tail = torch.zeros(S_PAD, dtype=torch.int32)
-    x, pos, req, offsets, first_pair = map(_dev, (puzzles.named_x(p.num_rows, after=False), torch.cat([zero, p.batch.pos]),
-                                                 torch.cat([zero, p.batch.req]), torch.cat([p.offsets().flatten(), tail]),
-                                                 torch.cat([p.first_pairs(), tail])))
-    launch(fn, (programs,), x[1:], ring, pos[1:], req[1:], offsets, first_pair, S,
-            D=puzzles.D, RING=puzzles.RING, GROUPS_PER_BLOCK=GROUPS_PER_BLOCK, S_PAD=S_PAD)
+    x = puzzles.named_x(p.num_rows, after=False)[1:]
+    args = [guarded(_dev(t), POISON if t.is_floating_point() else INT_POISON)
+            for t in (x, p.batch.pos, p.batch.req, p.offsets().flatten(), p.first_pairs())]
+
+    def hint(name, row):
+        if name == "first_pair_ptr":
+            return ("the lanes from request_slots on must load nothing: mask=s < request_slots with a large "
+                    "other, so they count in neither bound (unmasked, a request may be parked by two programs "
+                    "or none; each request is parked by one program only)")
+        if name not in ("x_ptr", "pos_ptr", "req_ptr"):
+            return ""
+        return ("a request of fewer than RING rows parks only its own: n_park = min(count, RING), and the "
+                "lanes j >= n_park load nothing (mask=j < n_park)" if row < 0 else
+                "the lanes j >= n_park must load nothing: mask their loads with j < n_park")
+    launch(fn, (programs,), args[0], ring, args[1], args[2], args[3], args[4], S,
+           D=puzzles.D, RING=puzzles.RING, GROUPS_PER_BLOCK=GROUPS_PER_BLOCK, S_PAD=S_PAD, outside=hint)
     ring = ring.cpu()
     return {k: puzzles.source_of(ring[k]) for k in range(ring.shape[0]) if not bool((ring[k] == POISON).all())}
 
