@@ -49,7 +49,7 @@ def test_the_notebooks_assembly_passes_both_checks(seed):
 
 def test_the_compressor_check_runs_the_edge_cases_and_says_so():
     said = str(assembly.check_compressor(namespace()["my_compressor"]))
-    for case in ("fewer than the ring", "a zero-length request", "every request slot full", "the bucket's end",
+    for case in ("a one-row batch", "fewer than the ring", "a zero-length request", "every request slot full", "the bucket's end",
                  "a random batch (seed 0"):
         assert case in said, case
 
@@ -77,7 +77,7 @@ WRONG = [
      "pass 2 * D as park's D"),
 ]
 PARK_CALL = ("park(projected_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, offsets_ptr, request_slots, 2 * D, RING, "
-             "BLOCK, S_PAD)")
+             "ROWS, S_PAD)")
 MORE_WRONG = [  # the mistakes that were once all sent to the gate, and the reads the notebook forbids
     (KERNEL, ("    cur = projected_ptr + rows * (2 * D)",
               f"    tl.debug_barrier()\n    {PARK_CALL}\n    cur = projected_ptr + rows * (2 * D)"),
@@ -86,7 +86,7 @@ MORE_WRONG = [  # the mistakes that were once all sent to the gate, and the read
     (KERNEL, ("(req * RING + (pos - 1) % RING) * (2 * D)", "(req * RING + (pos - 1) % RING) * D"),
      "a row of ring is 2 * D values wide"),
     (KERNEL, ("offsets_ptr, offsets_ptr, request_slots, 2 * D,", "offsets_ptr, offsets_ptr + request_slots, request_slots, 2 * D,"),
-     "the offsets' first row, the starts"),
+     "first_pair_ptr=the offsets' first row (the starts)"),
     (KERNEL, ("    tl.debug_barrier()  # 4. the park, after every partner was read\n", ""),
      "parks without tl.debug_barrier() before park(...)"),
     (KERNEL, ("gate_rms_norm(tl.load(prev[:, None] + kv, mask=m), tl.load(prev[:, None] + score, mask=m),",

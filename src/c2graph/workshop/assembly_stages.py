@@ -37,7 +37,7 @@ from ..compressor.torch_path import compress_torch
 from . import puzzles
 from .launch import MARGIN, guarded, launch, name_of
 
-BLOCK, S_PAD = 8, 8
+ROWS, S_PAD = 8, 8
 """Rows a program, and lanes of request slots (``request_slots`` rounded up to a power of two)."""
 INT_POISON = puzzles.INT_POISON
 
@@ -72,19 +72,19 @@ class Run:
 
     @property
     def programs(self) -> int:
-        return triton.cdiv(self.batch.num_rows, BLOCK)
+        return triton.cdiv(self.batch.num_rows, ROWS)
 
     def launch(self, fn, programs: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Run ``fn`` (its first ``programs`` programs; all by default) on a copy of the ring and a
-        poisoned latent buffer with ``BLOCK`` rows past its end: ``(latent [T + BLOCK, D], ring)``."""
+        poisoned latent buffer with ``ROWS`` rows past its end: ``(latent [T + ROWS, D], ring)``."""
         cfg, T, b = self.cfg, self.batch.num_rows, self.batch
         dev = DEFAULT_DEVICE
         ring = guarded(self.pools.ring.to(dev), POISON)
-        latent = torch.full((T + BLOCK, cfg.D), POISON, dtype=torch.bfloat16, device=dev)
+        latent = torch.full((T + ROWS, cfg.D), POISON, dtype=torch.bfloat16, device=dev)
         ints = [guarded(t.to(dev), INT_POISON) for t in (self.pos, self.req, b.extend_offsets.flatten())]
         launch(fn, (self.programs if programs is None else programs,), guarded(self.projected.to(dev), POISON), ring,
                *ints, guarded(self.layer.norm_w.to(dev), POISON), latent, T, b.request_slots, cfg.eps,
-               D=cfg.D, LOG2_D=cfg.D.bit_length() - 1, RING=cfg.ring_size, BLOCK=BLOCK, S_PAD=S_PAD,
+               D=cfg.D, LOG2_D=cfg.D.bit_length() - 1, RING=cfg.ring_size, ROWS=ROWS, S_PAD=S_PAD,
                outside=self.read_hint)
         return latent.cpu(), ring.cpu()
 
@@ -198,7 +198,15 @@ def load_mistake(run: Run, fn, rows: list[int]) -> str | None:
             found = run.find(latent[r])
             said = (f"row {r} (pos {int(run.batch.pos[r])}): gate_rms_norm's {arg} ({meaning}) was "
                     f"{_say(found, D, T)}; expected {_say(want, D, T)}")
-            return said + _load_hint(run, arg, r, want, found)
+            hint = _load_hint(run, arg, r, want, found)
+            if hint == PARKED_FIRST:
+                q = found[1]
+                said += (f": batch row {q} is what the park puts in ring row {want[1]}, so the park wrote it there "
+                         f"before row {r}'s partner was read")
+                owner = ownership_mistake(run, fn)
+                return said + (f"; {owner}" if owner else ": park in the same program after every load, behind "
+                               "tl.debug_barrier()")
+            return said + hint
     return None
 
 
@@ -219,11 +227,7 @@ def _load_hint(run: Run, arg: str, r: int, want, found) -> str:
     if want[0] == "ring" and found[0] == "projected":
         q = found[1]
         if run.park_in(want[1]) == q:
-            return (f": batch row {q} is what the park puts in ring row {want[1]}, so the park wrote it there before "
-                    f"row {r}'s partner was read: the program whose block holds a request's first row reads its "
-                    "ring partner, and parks that request after every read (tl.debug_barrier() between); pass "
-                    "the offsets' first row, the starts, as park's first_pair_ptr, so that no other program "
-                    "parks it")
+            return PARKED_FIRST
         return (f": row {r} is the first row of its request, so its partner (pos {pos - 1}) is ring row "
                 f"req * RING + (pos - 1) % RING = {want[1]}")
     if want[0] == "ring" and found[0] == "ring":
@@ -234,12 +238,18 @@ def _load_hint(run: Run, arg: str, r: int, want, found) -> str:
     return ""
 
 
+PARKED_FIRST = "parked before it was read"
+
+
 def park_mistake(run: Run, fn, ring: torch.Tensor) -> str | None:
     """Stage 3: what is wrong with the ring after the whole grid, or after programs ``0 .. b`` alone
-    (each request parked by the program whose block holds its first row); ``None`` when nothing is."""
-    wrong = _ring_mistake(run, ring)
-    if wrong:
-        return wrong
+    (each request parked by the program that holds its first row); ``None`` when nothing is."""
+    return _ring_mistake(run, ring) or ownership_mistake(run, fn)
+
+
+def ownership_mistake(run: Run, fn) -> str | None:
+    """A request parked by a program other than the one that holds its first row (the
+    kernel launched with programs ``0 .. b`` alone, for every ``b``), or ``None``."""
     before, ranges = run.pools.ring, run.batch.row_ranges()
     owner = {k: run.plan.rows[r].request_slot for k, r in run.plan.parked.items()}
     for b in range(run.programs):
@@ -248,13 +258,13 @@ def park_mistake(run: Run, fn, ring: torch.Tensor) -> str | None:
         for k in sorted(set(owner) | written):
             slot = owner.get(k)
             first = ranges[slot].start if slot is not None else None
-            mine = first is not None and first < (b + 1) * BLOCK
+            mine = first is not None and first < (b + 1) * ROWS
             if (k in written) != mine and slot is not None:
-                said = (f"request slot {slot}'s first row is row {first}, in program {first // BLOCK}'s block, but "
+                said = (f"request slot {slot}'s first row is row {first}, one of program {first // ROWS}'s rows, but "
                         f"with only programs 0 to {b} launched, its ring row {k} was "
                         f"{'written' if k in written else 'not written'}")
-                return (said + ": each request is parked by the program whose block holds its first row: park(..., "
-                        "first_pair_ptr=the offsets' first row (the starts), ..., GROUPS_PER_BLOCK=BLOCK, ...)")
+                return (said + ": each request is parked by the program that holds its first row: park(..., "
+                        "first_pair_ptr=the offsets' first row (the starts), ..., GROUPS_PER_BLOCK=ROWS, ...)")
     return None
 
 

@@ -34,7 +34,7 @@ from . import puzzles
 from .check import CheckResult, run_check
 from .launch import check_on_puzzles, guarded, kernel_problem, launch, name_of, reported
 
-BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
+ROWS, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
 """The puzzles' sizes: rows a program, lanes of request slots, and the row sum's ``[16, 32]`` tile."""
 INT_POISON = puzzles.INT_POISON
 
@@ -48,12 +48,12 @@ def _span(p: puzzles.Puzzle, slot: int) -> str:
     return f"rows {rows.start} to {rows.stop - 1}" if len(rows) > 1 else f"row {rows.start} only"
 
 
-def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int, block: int) -> str:
+def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int, rows: int) -> str:
     """Puzzle 1: what is wrong with ``slot[r] = got`` where ``want`` was due."""
     S = p.request_slots
     starts, counts = p.offsets().tolist()
     if got == INT_POISON:
-        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // block}'s"
+        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // rows}'s"
     if got >= S or got < -1:
         return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
                 "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
@@ -151,54 +151,54 @@ def _park_destination(p: puzzles.Puzzle, k: int, n: int | None) -> str:
 
 # --- puzzle 1 ---------------------------------------------------------------------------------------
 
-ROW_SLOTS = ["offsets_ptr", "slot_ptr", "num_rows", "request_slots", "BLOCK", "S_PAD"]
+ROW_SLOTS = ["offsets_ptr", "slot_ptr", "num_rows", "request_slots", "ROWS", "S_PAD"]
 
 
 def check_row_slots(fn, seed: int = 0) -> CheckResult:
     """Puzzle 1: ``fn`` writes each row's request slot, read from the extend offsets (-1: padding).
 
-    Launched as ``fn[(cdiv(num_rows, BLOCK),)](offsets, slot, num_rows, request_slots, BLOCK=8,
+    Launched as ``fn[(cdiv(num_rows, ROWS),)](offsets, slot, num_rows, request_slots, ROWS=8,
     S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets (flat,
     ``2 * request_slots`` values) in the middle of poisoned memory, the output in a buffer with
-    ``BLOCK`` poisoned elements past its end. Says which row, never written or written wrong, or
+    ``ROWS`` poisoned elements past its end. Says which row, never written or written wrong, or
     which read lay outside the offsets, and why.
     """
     def one(p) -> tuple[bool, str]:
         S, T = p.request_slots, p.num_rows
         offsets = guarded(_dev(p.offsets().flatten()), INT_POISON)
-        out = _dev(torch.full((T + BLOCK,), INT_POISON, dtype=torch.int32))
+        out = _dev(torch.full((T + ROWS,), INT_POISON, dtype=torch.int32))
 
         def hint(name, row):
             return ("the lanes of tl.arange(0, S_PAD) from request_slots on must claim no row and load nothing: "
                     "load the offsets with mask=s < request_slots (other=0: start 0, count 0, an empty range)"
                     if name == "offsets_ptr" and row >= 2 * S else "")
-        launch(fn, (triton.cdiv(T, BLOCK),), offsets, out, T, S, BLOCK=BLOCK, S_PAD=S_PAD, outside=hint)
+        launch(fn, (triton.cdiv(T, ROWS),), offsets, out, T, S, ROWS=ROWS, S_PAD=S_PAD, outside=hint)
         got, want = out.cpu().tolist(), p.slots().tolist()
         wrong = [r for r in range(T) if got[r] != want[r]]
-        past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
+        past = [i for i in range(T, T + ROWS) if got[i] != INT_POISON]
         if wrong:
             r = _first_mistake(wrong, got, S)
             return (False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                           f"{_slot_mistake(p, r, got[r], want[r], BLOCK)}")
+                           f"{_slot_mistake(p, r, got[r], want[r], ROWS)}")
         elif past:
             return (False, f"{p.what}: slot[{past[0]}] was written, past the last row ({T} rows): "
                            "mask the store with rows < num_rows")
         else:
-            return (True, f"{p.what}: all {T} rows right, nothing written past them")
+            return (True, f"{p.what}: {'the one row' if T == 1 else f'all {T} rows'} right, nothing written past them")
 
     return check_on_puzzles("row_slots (puzzle 1)", fn, ROW_SLOTS, seed, one)
 
 
 # --- puzzle 2 ---------------------------------------------------------------------------------------
 
-PARTNERS = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "first_ptr", "group_ptr", "out_ptr", "num_rows", "D", "RING", "BLOCK"]
+PARTNERS = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "first_ptr", "group_ptr", "out_ptr", "num_rows", "D", "RING", "ROWS"]
 
 
 def check_partners(fn, seed: int = 0) -> CheckResult:
     """Puzzle 2: ``fn`` copies each group row's partner row into ``out``, and writes no other row.
 
-    Launched as ``fn[(cdiv(num_rows, BLOCK),)](x, ring, pos, req, first, group, out, num_rows,
-    D=16, RING=2, BLOCK=8)``. Every row of ``x`` and of the ring holds values that say which row
+    Launched as ``fn[(cdiv(num_rows, ROWS),)](x, ring, pos, req, first, group, out, num_rows,
+    D=16, RING=2, ROWS=8)``. Every row of ``x`` and of the ring holds values that say which row
     it is, so a wrong row is named: which one was copied, and which was expected. Every input lies
     in the middle of poisoned memory, and a read outside it is named; ``out`` is poisoned.
     """
@@ -206,18 +206,18 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
         T, x, ring = p.num_rows, puzzles.named_x(p.num_rows), puzzles.named_ring()
         meta = [guarded(_dev(t), 0 if t.dtype == torch.bool else INT_POISON)
                 for t in (p.batch.pos, p.batch.req, p.first(), p.group())]  # first and group: bool
-        out = _dev(torch.full((T + BLOCK, puzzles.D), POISON))
+        out = _dev(torch.full((T + ROWS, puzzles.D), POISON))
 
         def hint(name, row):
             return (f"row {row} is past the last row ({T} rows): mask the loads and the store with rows < num_rows"
                     if row >= T else "the partner of a row that completes no group is never read: mask with group")
-        launch(fn, (triton.cdiv(T, BLOCK),), guarded(_dev(x[1:T + 1]), POISON), guarded(_dev(ring[:-1]), POISON),
-               *meta, out, T, D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK, outside=hint)
+        launch(fn, (triton.cdiv(T, ROWS),), guarded(_dev(x[1:T + 1]), POISON), guarded(_dev(ring[:-1]), POISON),
+               *meta, out, T, D=puzzles.D, RING=puzzles.RING, ROWS=ROWS, outside=hint)
         got, want = out.cpu(), p.partner_source()
         expect = [None if w is None else x[w[1] + 1] if w[0] == "row" else ring[w[1]] for w in want]
         wrong = [r for r in range(T) if (expect[r] is None and not bool((got[r] == POISON).all()))
                  or (expect[r] is not None and not torch.equal(got[r], expect[r]))]
-        past = [i for i in range(T, T + BLOCK) if not bool((got[i] == POISON).all())]
+        past = [i for i in range(T, T + ROWS) if not bool((got[i] == POISON).all())]
         if wrong:
             return (False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
                            f"{_partner_mistake(p, wrong[0], got[wrong[0]])}")

@@ -219,15 +219,19 @@ def reported(cases):
     return run
 
 
-def check_on_puzzles(name: str, fn, params: list[str], seed: int, one) -> CheckResult:
+def check_on_puzzles(name: str, fn, params: list[str], seed: int, one, refuse=None) -> CheckResult:
     """The check called ``name`` of a reader's kernel ``fn`` on the puzzles' batches: ``fn``'s
-    signature against ``params`` first (the difference named, nothing launched), then ``one(p)``,
+    signature against ``params`` first (the difference named, nothing launched), then what
+    ``refuse(fn)`` says is missing from its source (``None``: nothing), then ``one(p)``,
     ``(passed, words)``, on every batch of :func:`~c2graph.workshop.puzzles.puzzles` (``seed``); a
     launch that fails is reported as a failed case, never raised."""
     def cases():
         problem = kernel_problem(fn, params)
         if problem:
             return [(False, problem)]
+        refused = refuse(fn) if refuse else None
+        if refused:
+            return [(False, refused)]
         found = []
         for p in puzzles.puzzles(seed):
             try:
