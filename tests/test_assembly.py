@@ -117,7 +117,7 @@ def test_a_mistake_is_blamed_on_its_stage_the_same_way_on_every_run(fn, edit, sa
 def test_a_wrong_assembly_is_named_and_gets_the_same_verdict_every_run(fn, edit, says):
     ns = namespace(**{fn: edit})
     check = assembly.check_gate_norm if fn == GATE else assembly.check_compressor
-    verdicts = {str(check(ns[fn])) for _ in range(2)}
+    verdicts = {str(check(ns[fn])) for _ in range(3)}
     assert len(verdicts) == 1, verdicts
     said = verdicts.pop()
     assert "FAIL" in said and says in said, said

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import textwrap
 import types
 
@@ -166,8 +167,6 @@ def _probe(arg: str):
               f"    return {arg}\n")
     namespace = {"tl": tl}
     filename = f"<the check's probe of {arg}>"
-    import linecache
-
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     exec(compile(source, filename, "exec"), namespace)
     return triton.jit(namespace[f"probe_{arg}"])
@@ -248,11 +247,13 @@ def park_mistake(run: Run, fn, ring: torch.Tensor) -> str | None:
 
 
 def ownership_mistake(run: Run, fn) -> str | None:
-    """A request parked by a program other than the one that holds its first row (the
-    kernel launched with programs ``0 .. b`` alone, for every ``b``), or ``None``."""
+    """A request parked by a program other than the one that holds its first row, or ``None``: the
+    kernel launched with programs ``0 .. b`` alone, for each ``b`` that owns a request and the one
+    before it (a request parked early shows at ``b = owner - 1``, one parked late at ``owner``)."""
     before, ranges = run.pools.ring, run.batch.row_ranges()
     owner = {k: run.plan.rows[r].request_slot for k, r in run.plan.parked.items()}
-    for b in range(run.programs):
+    owners = {ranges[slot].start // ROWS for slot in owner.values()}
+    for b in sorted(owners | {o - 1 for o in owners if o > 0}):  # each owner, and the programs before it
         _, partial = run.launch(fn, programs=b + 1)
         written = {k for k in range(partial.shape[0]) if not torch.equal(partial[k], before[k])}
         for k in sorted(set(owner) | written):
