@@ -209,6 +209,12 @@ def check_partners(fn, seed: int = 0) -> CheckResult:
         out = _dev(torch.full((T + ROWS, puzzles.D), POISON))
 
         def hint(name, row):
+            r = row + 1  # the group row whose previous row this is
+            if name == "x_ptr" and 0 <= r < T and bool(p.first()[r]) and bool(p.group()[r]):
+                pos, req = int(p.batch.pos[r]), int(p.batch.req[r])
+                return (f"row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, "
+                        f"at req * RING + (pos - 1) % RING = {req * puzzles.RING + (pos - 1) % puzzles.RING}, not "
+                        f"row {row} of x")
             return (f"row {row} is past the last row ({T} rows): mask the loads and the store with rows < num_rows"
                     if row >= T else "the partner of a row that completes no group is never read: mask with group")
         launch(fn, (triton.cdiv(T, ROWS),), guarded(_dev(x[1:T + 1]), POISON), guarded(_dev(ring[:-1]), POISON),

@@ -25,7 +25,6 @@ import torch
 import triton
 
 from .._runtime import INTERPRET
-
 from . import puzzles
 from .check import CheckResult, run_check
 
