@@ -49,7 +49,7 @@ def test_the_notebooks_assembly_passes_both_checks(seed):
 
 def test_the_compressor_check_runs_the_edge_cases_and_says_so():
     said = str(assembly.check_compressor(namespace()["my_compressor"]))
-    for case in ("fewer than the ring", "a zero-length request", "every request slot full", "the bucket's end",
+    for case in ("a one-row batch", "fewer than the ring", "a zero-length request", "every request slot full", "the bucket's end",
                  "a random batch (seed 0"):
         assert case in said, case
 
@@ -72,17 +72,52 @@ WRONG = [
     (KERNEL, ("tl.store(latent_ptr + rows[:, None] * D + kv, latent.to(tl.bfloat16), mask=m)", "pass"),
      "was never written"),
     (KERNEL, ("    park(projected_ptr, ring_ptr,", "    pass  # park(projected_ptr, ring_ptr,"),
-     "what it held before the batch (never written)"),
+     "does not call park: step 4 calls your park"),
     (KERNEL, ("offsets_ptr, offsets_ptr, request_slots, 2 * D,", "offsets_ptr, offsets_ptr, request_slots, D,"),
      "pass 2 * D as park's D"),
 ]
+PARK_CALL = ("park(projected_ptr, ring_ptr, pos_ptr, req_ptr, offsets_ptr, offsets_ptr, request_slots, 2 * D, RING, "
+             "ROWS, S_PAD)")
+MORE_WRONG = [  # the mistakes that were once all sent to the gate, and the reads the notebook forbids
+    (KERNEL, ("    cur = projected_ptr + rows * (2 * D)",
+              f"    tl.debug_barrier()\n    {PARK_CALL}\n    cur = projected_ptr + rows * (2 * D)"),
+     "so the park wrote it there before row"),
+    (KERNEL, ("D + cols[None, :]", "cols[None, :]"), "the score is columns D to 2 * D of a | kv | score | row"),
+    (KERNEL, ("(req * RING + (pos - 1) % RING) * (2 * D)", "(req * RING + (pos - 1) % RING) * D"),
+     "a row of ring is 2 * D values wide"),
+    (KERNEL, ("offsets_ptr, offsets_ptr, request_slots, 2 * D,", "offsets_ptr, offsets_ptr + request_slots, request_slots, 2 * D,"),
+     "first_pair_ptr=the offsets' first row (the starts)"),
+    (KERNEL, ("    tl.debug_barrier()  # 4. the park, after every partner was read\n", ""),
+     "parks without tl.debug_barrier() before park(...)"),
+    (KERNEL, ("gate_rms_norm(tl.load(prev[:, None] + kv, mask=m), tl.load(prev[:, None] + score, mask=m),",
+              "gate_rms_norm(tl.load(prev[:, None] + kv), tl.load(prev[:, None] + score),"),
+     "your my_compressor read row 4 of projected_ptr, past its last row (4 rows, 0 to 3)"),
+    (KERNEL, ("pos, req = tl.load(pos_ptr + rows, mask=live, other=0), tl.load(req_ptr + rows, mask=live, other=0)",
+              "pos, req = tl.load(pos_ptr + rows), tl.load(req_ptr + rows)"),
+     "past its last value (4 values, 0 to 3)"),
+    (KERNEL, ("(rows[:, None] < ends[None, :])", "(rows[:, None] <= ends[None, :])"), "one past its last row"),
+    (KERNEL, ("pos, req = tl.load(pos_ptr + rows, mask=live, other=0), tl.load(req_ptr + rows, mask=live, other=0)\n"
+              "    group = live & (pos % 2 == 1)",
+              "inside = rows < num_rows\n    pos, req = tl.load(pos_ptr + rows, mask=inside, other=0), "
+              "tl.load(req_ptr + rows, mask=inside, other=0)\n    group = pos % 2 == 1"),
+     "completes no group (a padding row"),
+]
+
+
+@pytest.mark.parametrize("fn, edit, says", MORE_WRONG, ids=[f"{fn}-more-{i}" for i, (fn, _, _) in enumerate(MORE_WRONG)])
+def test_a_mistake_is_blamed_on_its_stage_the_same_way_on_every_run(fn, edit, says):
+    ns = namespace(**{fn: edit})
+    verdicts = {str(assembly.check_compressor(ns[fn])) for _ in range(3)}
+    assert len(verdicts) == 1, verdicts
+    said = verdicts.pop()
+    assert "FAIL" in said and says in said and "check the gate" not in said, said
 
 
 @pytest.mark.parametrize("fn, edit, says", WRONG, ids=[f"{fn}-{i}" for i, (fn, _, _) in enumerate(WRONG)])
 def test_a_wrong_assembly_is_named_and_gets_the_same_verdict_every_run(fn, edit, says):
     ns = namespace(**{fn: edit})
     check = assembly.check_gate_norm if fn == GATE else assembly.check_compressor
-    verdicts = {str(check(ns[fn])) for _ in range(2)}
+    verdicts = {str(check(ns[fn])) for _ in range(3)}
     assert len(verdicts) == 1, verdicts
     said = verdicts.pop()
     assert "FAIL" in said and says in said, said

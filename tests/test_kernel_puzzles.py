@@ -50,8 +50,8 @@ def one_change(solution, name: str, changes: list[tuple[str, str]]):
 
 
 @triton.jit
-def row_slots(offsets_ptr, slot_ptr, num_rows, request_slots, BLOCK: tl.constexpr, S_PAD: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+def row_slots(offsets_ptr, slot_ptr, num_rows, request_slots, ROWS: tl.constexpr, S_PAD: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     s = tl.arange(0, S_PAD)
     real = s < request_slots
     starts = tl.load(offsets_ptr + s, mask=real, other=0)
@@ -79,8 +79,8 @@ row_slots_store_unmasked = one_change(row_slots, "row_slots_store_unmasked", [
 
 
 row_slots_first_block_only = one_change(row_slots, "row_slots_first_block_only", [
-    ('    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)',
-     '    rows = tl.arange(0, BLOCK)  # program_id forgotten: every program writes rows 0 to BLOCK - 1'),
+    ('    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)',
+     '    rows = tl.arange(0, ROWS)  # program_id forgotten: every program writes rows 0 to ROWS - 1'),
 ])
 
 
@@ -89,8 +89,8 @@ row_slots_first_block_only = one_change(row_slots, "row_slots_first_block_only",
 
 @triton.jit
 def gather_partners(x_ptr, ring_ptr, pos_ptr, req_ptr, first_ptr, group_ptr, out_ptr, num_rows,
-                    D: tl.constexpr, RING: tl.constexpr, BLOCK: tl.constexpr):
-    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+                    D: tl.constexpr, RING: tl.constexpr, ROWS: tl.constexpr):
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     inside = rows < num_rows
     group = tl.load(group_ptr + rows, mask=inside, other=0) != 0
     first = tl.load(first_ptr + rows, mask=inside, other=0) != 0
@@ -129,6 +129,12 @@ partners_every_row = one_change(gather_partners, "partners_every_row", [
 partners_unmasked_rows = one_change(gather_partners, "partners_unmasked_rows", [
     ('    inside = rows < num_rows\n    group = tl.load(group_ptr + rows, mask=inside, other=0) != 0\n    first = tl.load(first_ptr + rows, mask=inside, other=0) != 0',
      '    group = tl.load(group_ptr + rows) != 0\n    first = tl.load(first_ptr + rows) != 0'),
+])
+
+
+partners_unmasked_pos = one_change(gather_partners, "partners_unmasked_pos", [
+    ('    pos = tl.load(pos_ptr + rows, mask=group, other=1)\n    req = tl.load(req_ptr + rows, mask=group, other=0)',
+     '    pos = tl.load(pos_ptr + rows)\n    req = tl.load(req_ptr + rows)'),
 ])
 
 
@@ -276,6 +282,8 @@ WRONG = [
     (wk.check_partners, partners_always_previous, "its partner (pos"),
     (wk.check_partners, partners_every_row, "completes no group"),
     (wk.check_partners, partners_unmasked_rows, "past the last row"),
+    (wk.check_partners, partners_unmasked_pos, "read pos_ptr[4], past its last value (4 values, 0 to 3) at `pos = "
+                                               "tl.load(pos_ptr + rows)`"),
     (wk.check_row_sum, row_sum_tl_sum, "another order of adds"),
     (wk.check_row_sum, row_sum_halves, "the two halves"),
     (wk.check_row_sum, row_sum_one_by_one, "one after another"),
@@ -365,8 +373,8 @@ def test_a_function_that_is_no_triton_function_or_has_another_signature_is_named
 
 
 @pytest.mark.parametrize("draw", [
-    lambda p: puzzles.draw_rows_puzzle(p, program=2, block=8, s_pad=8),
-    lambda p: puzzles.draw_partners_puzzle(p, program=0, block=8),
+    lambda p: puzzles.draw_rows_puzzle(p, program=2, rows=8, s_pad=8),
+    lambda p: puzzles.draw_partners_puzzle(p, program=0, rows=8),
     lambda p: puzzles.draw_park_puzzle(p, program=1, groups_per_block=4),
     lambda p: puzzles.draw_row_sum_puzzle(8),
 ], ids=["rows", "partners", "park", "row_sum"])
@@ -425,3 +433,31 @@ def test_the_gpu_words_picture_keeps_the_house_style():
     for word in ("SM 0", "tensor cores", "HBM", "lane 0", "warp", "8 groups per block"):
         assert word in words, word
     assert min(t.get_fontsize() for t in fig.findobj(Text) if t.get_text()) >= MIN_FONT
+
+
+def test_a_read_outside_the_tensors_is_named_and_triton_is_left_as_it_was():
+    from triton.runtime import interpreter
+
+    said = str(wk.check_row_slots(row_slots_unmasked_offsets))
+    assert "read offsets_ptr[" in said and "past its last value" in said and "mask=s < request_slots" in said, said
+    assert "create_masked_load" not in vars(interpreter.interpreter_builder)  # the check's wrapper is gone
+
+
+def test_the_worked_request_is_computed_from_the_batch():
+    from c2graph.pictures.draw_park import draw_one_request, one_request_steps
+
+    batch = puzzles.puzzles(0)[0].batch
+    groups = one_request_steps(batch, puzzles.RING, slot=3, per_program=4, unit="group")
+    rows = one_request_steps(batch, puzzles.RING, slot=3, per_program=8, unit="row")
+    first = batch.row_ranges()[3].start
+    assert groups.number == int(puzzles.puzzles(0)[0].first_pairs()[3]) and groups.program == groups.number // 4
+    assert rows.number == first and (rows.program, rows.lane) == (first // 8, first % 8)
+    parked = {k: r for r, _, k in groups.parked}
+    assert parked == {k: r for k, r in batch.plan(puzzles.RING).parked.items() if r in batch.row_ranges()[3]}
+    assert groups.partner == (batch.plan(puzzles.RING).rows[first].partner_ring_row, int(batch.pos[first]) - 1)
+    fig = draw_one_request(batch, puzzles.RING, puzzles.POOL_REQUESTS, 3, 4, "group")
+    assert fig.get_figwidth() <= MAX_WIDTH
+    fig.canvas.draw()
+    assert min(t.get_fontsize() for t in fig.findobj(Text) if t.get_text()) >= MIN_FONT
+    with pytest.raises(ValueError, match="unit='pairs'"):
+        one_request_steps(batch, puzzles.RING, slot=3, per_program=4, unit="pairs")

@@ -16,7 +16,8 @@ the answers are in ``notebooks/INSTRUCTOR.md``.
 Modules: :mod:`.check` (what every check returns), :mod:`.setup_check` (notebook 00's one-line
 set-up check), :mod:`.my_compressor` (notebook 01's functions and the checks of its exercises),
 :mod:`.puzzles` and :mod:`.kernel` (notebook 02's puzzles and their checks), :mod:`.assembly`
-(notebook 02's kernel assembled from the reader's pieces), :mod:`.launch` (launching a reader's
+(notebook 02's kernel assembled from the reader's pieces) and :mod:`.assembly_stages` (its check,
+stage by stage), :mod:`.launch` (launching a reader's
 Triton function, its errors in the reader's terms), :mod:`.practice` (the practice batches and
 pools every check of notebooks 01 and 03 runs on, the check's seeded generator, the words and
 pictures of a failed check, and notebook 03's capture of the reader's function), :mod:`.yours`

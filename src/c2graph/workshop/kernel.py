@@ -32,9 +32,9 @@ from ..compressor.pools import POISON
 from ..pictures.style import plural
 from . import puzzles
 from .check import CheckResult, run_check
-from .launch import check_on_puzzles, kernel_problem, launch, name_of, reported
+from .launch import check_on_puzzles, guarded, kernel_problem, launch, name_of, reported
 
-BLOCK, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
+ROWS, S_PAD, SUM_ROWS, LOG2_N = 8, 8, 16, 5
 """The puzzles' sizes: rows a program, lanes of request slots, and the row sum's ``[16, 32]`` tile."""
 INT_POISON = puzzles.INT_POISON
 
@@ -48,12 +48,12 @@ def _span(p: puzzles.Puzzle, slot: int) -> str:
     return f"rows {rows.start} to {rows.stop - 1}" if len(rows) > 1 else f"row {rows.start} only"
 
 
-def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int, block: int) -> str:
+def _slot_mistake(p: puzzles.Puzzle, r: int, got: int, want: int, rows: int) -> str:
     """Puzzle 1: what is wrong with ``slot[r] = got`` where ``want`` was due."""
     S = p.request_slots
     starts, counts = p.offsets().tolist()
     if got == INT_POISON:
-        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // block}'s"
+        return f"slot[{r}] was never written (still the poison {INT_POISON}); row {r} is program {r // rows}'s"
     if got >= S or got < -1:
         return (f"row {r} got request slot {got}, but there are only {S} (0 to {S - 1}): the lanes of "
                 "tl.arange(0, S_PAD) from request_slots on must claim no row; load the offsets with "
@@ -151,67 +151,79 @@ def _park_destination(p: puzzles.Puzzle, k: int, n: int | None) -> str:
 
 # --- puzzle 1 ---------------------------------------------------------------------------------------
 
-ROW_SLOTS = ["offsets_ptr", "slot_ptr", "num_rows", "request_slots", "BLOCK", "S_PAD"]
+ROW_SLOTS = ["offsets_ptr", "slot_ptr", "num_rows", "request_slots", "ROWS", "S_PAD"]
 
 
 def check_row_slots(fn, seed: int = 0) -> CheckResult:
     """Puzzle 1: ``fn`` writes each row's request slot, read from the extend offsets (-1: padding).
 
-    Launched as ``fn[(cdiv(num_rows, BLOCK),)](offsets, slot, num_rows, request_slots, BLOCK=8,
-    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets sit in a
-    buffer whose next elements hold 1000, the output in one with ``BLOCK`` poisoned elements past
-    its end. Says which row, never written
-    or written wrong, and why.
+    Launched as ``fn[(cdiv(num_rows, ROWS),)](offsets, slot, num_rows, request_slots, ROWS=8,
+    S_PAD=8)`` on every batch of :func:`~c2graph.workshop.puzzles.puzzles`; the offsets (flat,
+    ``2 * request_slots`` values) in the middle of poisoned memory, the output in a buffer with
+    ``ROWS`` poisoned elements past its end. Says which row, never written or written wrong, or
+    which read lay outside the offsets, and why.
     """
     def one(p) -> tuple[bool, str]:
         S, T = p.request_slots, p.num_rows
-        offsets = torch.full((2 * S + S_PAD,), 1000, dtype=torch.int32)
-        offsets[:2 * S] = p.offsets().flatten()
-        out = _dev(torch.full((T + BLOCK,), INT_POISON, dtype=torch.int32))
-        launch(fn, (triton.cdiv(T, BLOCK),), _dev(offsets), out, T, S, BLOCK=BLOCK, S_PAD=S_PAD)
+        offsets = guarded(_dev(p.offsets().flatten()), INT_POISON)
+        out = _dev(torch.full((T + ROWS,), INT_POISON, dtype=torch.int32))
+
+        def hint(name, row):
+            return ("the lanes of tl.arange(0, S_PAD) from request_slots on must claim no row and load nothing: "
+                    "load the offsets with mask=s < request_slots (other=0: start 0, count 0, an empty range)"
+                    if name == "offsets_ptr" and row >= 2 * S else "")
+        launch(fn, (triton.cdiv(T, ROWS),), offsets, out, T, S, ROWS=ROWS, S_PAD=S_PAD, outside=hint)
         got, want = out.cpu().tolist(), p.slots().tolist()
         wrong = [r for r in range(T) if got[r] != want[r]]
-        past = [i for i in range(T, T + BLOCK) if got[i] != INT_POISON]
+        past = [i for i in range(T, T + ROWS) if got[i] != INT_POISON]
         if wrong:
             r = _first_mistake(wrong, got, S)
             return (False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
-                           f"{_slot_mistake(p, r, got[r], want[r], BLOCK)}")
+                           f"{_slot_mistake(p, r, got[r], want[r], ROWS)}")
         elif past:
             return (False, f"{p.what}: slot[{past[0]}] was written, past the last row ({T} rows): "
                            "mask the store with rows < num_rows")
         else:
-            return (True, f"{p.what}: all {T} rows right, nothing written past them")
+            return (True, f"{p.what}: {'the one row' if T == 1 else f'all {T} rows'} right, nothing written past them")
 
     return check_on_puzzles("row_slots (puzzle 1)", fn, ROW_SLOTS, seed, one)
 
 
 # --- puzzle 2 ---------------------------------------------------------------------------------------
 
-PARTNERS = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "first_ptr", "group_ptr", "out_ptr", "num_rows", "D", "RING", "BLOCK"]
+PARTNERS = ["x_ptr", "ring_ptr", "pos_ptr", "req_ptr", "first_ptr", "group_ptr", "out_ptr", "num_rows", "D", "RING", "ROWS"]
 
 
 def check_partners(fn, seed: int = 0) -> CheckResult:
     """Puzzle 2: ``fn`` copies each group row's partner row into ``out``, and writes no other row.
 
-    Launched as ``fn[(cdiv(num_rows, BLOCK),)](x, ring, pos, req, first, group, out, num_rows,
-    D=16, RING=2, BLOCK=8)``. Every row of ``x`` and of the ring holds values that say which row
-    it is, so a wrong row is named: which one was copied, and which was expected. Rows before and
-    after ``x`` and past the ring are guards that name a read out of bounds; ``out`` is poisoned.
+    Launched as ``fn[(cdiv(num_rows, ROWS),)](x, ring, pos, req, first, group, out, num_rows,
+    D=16, RING=2, ROWS=8)``. Every row of ``x`` and of the ring holds values that say which row
+    it is, so a wrong row is named: which one was copied, and which was expected. Every input lies
+    in the middle of poisoned memory, and a read outside it is named; ``out`` is poisoned.
     """
     def one(p) -> tuple[bool, str]:
         T, x, ring = p.num_rows, puzzles.named_x(p.num_rows), puzzles.named_ring()
-        tail = torch.ones(BLOCK, dtype=torch.int64)  # past the last row: odd pos, a group, as if real
-        no = torch.zeros(BLOCK, dtype=torch.bool)
-        meta = [torch.cat([p.batch.pos, tail]), torch.cat([p.batch.req, 0 * tail]),
-                torch.cat([p.first(), no]), torch.cat([p.group(), ~no])]  # first and group: bool
-        out = _dev(torch.full((T + BLOCK, puzzles.D), POISON))
-        launch(fn, (triton.cdiv(T, BLOCK),), _dev(x)[1:], _dev(ring), *map(_dev, meta), out, T,
-                D=puzzles.D, RING=puzzles.RING, BLOCK=BLOCK)
+        meta = [guarded(_dev(t), 0 if t.dtype == torch.bool else INT_POISON)
+                for t in (p.batch.pos, p.batch.req, p.first(), p.group())]  # first and group: bool
+        out = _dev(torch.full((T + ROWS, puzzles.D), POISON))
+
+        def hint(name, row):
+            r = row + 1  # the group row whose previous row this is
+            if name == "x_ptr" and 0 <= r < T and bool(p.first()[r]) and bool(p.group()[r]):
+                pos, req = int(p.batch.pos[r]), int(p.batch.req[r])
+                return (f"row {r} is the first row of its request, so its partner (pos {pos - 1}) is in the ring, "
+                        f"at req * RING + (pos - 1) % RING = {req * puzzles.RING + (pos - 1) % puzzles.RING}, not "
+                        f"row {row} of x")
+            return (f"row {row} is past the last row ({T} rows): mask the loads and the store with rows < num_rows"
+                    if row >= T else "the partner of a row that completes no group is never read: mask with group")
+        launch(fn, (triton.cdiv(T, ROWS),), guarded(_dev(x[1:T + 1]), POISON), guarded(_dev(ring[:-1]), POISON),
+               *meta, out, T, D=puzzles.D, RING=puzzles.RING, ROWS=ROWS, outside=hint)
         got, want = out.cpu(), p.partner_source()
         expect = [None if w is None else x[w[1] + 1] if w[0] == "row" else ring[w[1]] for w in want]
         wrong = [r for r in range(T) if (expect[r] is None and not bool((got[r] == POISON).all()))
                  or (expect[r] is not None and not torch.equal(got[r], expect[r]))]
-        past = [i for i in range(T, T + BLOCK) if not bool((got[i] == POISON).all())]
+        past = [i for i in range(T, T + ROWS) if not bool((got[i] == POISON).all())]
         if wrong:
             return (False, f"{p.what}: {len(wrong)} of {T} rows wrong; first: "
                            f"{_partner_mistake(p, wrong[0], got[wrong[0]])}")
@@ -319,16 +331,26 @@ def check_row_sum(fn, seed: int = 0) -> CheckResult:
 
 def _park_launch(fn, p: puzzles.Puzzle, programs: int) -> dict[int, str]:
     """Launch ``programs`` programs of ``fn`` on a fresh poisoned ring; ``{ring row: what it holds}``
-    for every ring row written. ``x``, ``pos`` and ``req`` have a guard before them; the offsets and
-    the first pairs, ``S_PAD`` zeros after them."""
-    S, zero = p.request_slots, torch.zeros(1, dtype=torch.int64)
+    for every ring row written. Every input lies in the middle of poisoned memory; a read outside
+    it is named."""
+    S = p.request_slots
     ring = _dev(torch.full((puzzles.POOL_REQUESTS * puzzles.RING + 1, puzzles.D), POISON))
-    tail = torch.zeros(S_PAD, dtype=torch.int32)
-    x, pos, req, offsets, first_pair = map(_dev, (puzzles.named_x(p.num_rows, after=False), torch.cat([zero, p.batch.pos]),
-                                                 torch.cat([zero, p.batch.req]), torch.cat([p.offsets().flatten(), tail]),
-                                                 torch.cat([p.first_pairs(), tail])))
-    launch(fn, (programs,), x[1:], ring, pos[1:], req[1:], offsets, first_pair, S,
-            D=puzzles.D, RING=puzzles.RING, GROUPS_PER_BLOCK=GROUPS_PER_BLOCK, S_PAD=S_PAD)
+    x = puzzles.named_x(p.num_rows, after=False)[1:]
+    args = [guarded(_dev(t), POISON if t.is_floating_point() else INT_POISON)
+            for t in (x, p.batch.pos, p.batch.req, p.offsets().flatten(), p.first_pairs())]
+
+    def hint(name, row):
+        if name == "first_pair_ptr":
+            return ("the lanes from request_slots on must load nothing: mask=s < request_slots with a large "
+                    "other, so they count in neither bound (unmasked, a request may be parked by two programs "
+                    "or none; each request is parked by one program only)")
+        if name not in ("x_ptr", "pos_ptr", "req_ptr"):
+            return ""
+        return ("a request of fewer than RING rows parks only its own: n_park = min(count, RING), and the "
+                "lanes j >= n_park load nothing (mask=j < n_park)" if row < 0 else
+                "the lanes j >= n_park must load nothing: mask their loads with j < n_park")
+    launch(fn, (programs,), args[0], ring, args[1], args[2], args[3], args[4], S,
+           D=puzzles.D, RING=puzzles.RING, GROUPS_PER_BLOCK=GROUPS_PER_BLOCK, S_PAD=S_PAD, outside=hint)
     ring = ring.cpu()
     return {k: puzzles.source_of(ring[k]) for k in range(ring.shape[0]) if not bool((ring[k] == POISON).all())}
 

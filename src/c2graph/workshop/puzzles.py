@@ -96,8 +96,8 @@ class Puzzle:
 
 
 def puzzles(seed: int) -> list[Puzzle]:
-    """The checks' batches: hand-made edge cases first (notebook 02's own batch; one live row, fewer
-    than the ring; a one-row request first; a zero-length request, and a request at an odd position
+    """The checks' batches: hand-made edge cases first (notebook 02's own batch; a one-row batch; one
+    live row, fewer than the ring, then padding; a one-row request first; a zero-length request, and a request at an odd position
     next to padding; every request slot full, the last request ending at the bucket's end), then a
     random one drawn from ``seed``: the same batches, and so the same verdict, on every run."""
     cfg = Config.tiny()
@@ -114,6 +114,8 @@ def puzzles(seed: int) -> list[Puzzle]:
     return [
         Puzzle("notebook 02's batch (4 requests, 6 request slots, 5 padding rows)",
                batch([(0, 5, 7), (3, 0, 15), (1, 3, 1), (4, 9, 12)], 6, 40)),
+        Puzzle("a one-row batch: one row in all, fewer than the ring, at an odd position (1 request slot)",
+               batch([(2, 5, 1)], 1, 1)),
         Puzzle("one live row in all, fewer than the ring, at an odd position (3 padding rows)",
                batch([(2, 5, 1)], 2, 4)),
         Puzzle("a one-row request first, at an odd position (3 requests, 7 request slots)",
@@ -254,36 +256,36 @@ def _ring_colours(p: Puzzle) -> list[str]:
     return [request_colour(slot_of.get(k // RING)) for k in range(POOL_REQUESTS * RING)]
 
 
-def draw_rows_puzzle(p: Puzzle, program: int, block: int, s_pad: int) -> Figure:
-    """Puzzle 1: program ``program`` loads every slot's first row and count and writes its ``block`` rows' slots."""
+def draw_rows_puzzle(p: Puzzle, program: int, rows: int, s_pad: int) -> Figure:
+    """Puzzle 1: program ``program`` loads every slot's first row and count and writes its ``rows`` rows' slots."""
     starts, counts = p.offsets().tolist()
     S = p.request_slots
     pad = frozenset(range(S, s_pad))
     colours = [request_colour(s) if s < S and counts[s] else "white" for s in range(s_pad)]
-    mine = range(program * block, min((program + 1) * block, p.num_rows))
-    strips = [Strip("offsets[0]: first rows", [str(v) for v in starts] + [""] * (s_pad - S), colours,
+    mine = range(program * rows, min((program + 1) * rows, p.num_rows))
+    strips = [Strip("offsets_ptr + s: first rows", [str(v) for v in starts] + [""] * (s_pad - S), colours,
                     dict.fromkeys(range(S), READ), pad),
-              Strip("offsets[1]: row counts", [str(v) for v in counts] + [""] * (s_pad - S), colours,
+              Strip("offsets_ptr + request_slots + s: counts", [str(v) for v in counts] + [""] * (s_pad - S), colours,
                     dict.fromkeys(range(S), READ), pad),
               _row_strip(p, "slot[row] (cells: pos)", dict.fromkeys(mine, WRITTEN))]
-    return draw_touches(strips, f"Puzzle 1: program {program} of BLOCK = {block} rows, S_PAD = {s_pad} lanes of slots",
+    return draw_touches(strips, f"Puzzle 1: program {program}, ROWS = {rows} rows a program, S_PAD = {s_pad} lanes of slots",
                         note=f"lanes {S} to {s_pad - 1}: past request_slots = {S}")
 
 
-def draw_partners_puzzle(p: Puzzle, program: int, block: int) -> Figure:
+def draw_partners_puzzle(p: Puzzle, program: int, rows: int) -> Figure:
     """Puzzle 2: program ``program`` reads its group rows' partners (previous rows, ring rows) and writes them."""
-    mine = range(program * block, min((program + 1) * block, p.num_rows))
+    mine = range(program * rows, min((program + 1) * rows, p.num_rows))
     sources = p.partner_source()
-    rows, ring = {}, {}
+    read, ring = {}, {}
     for r in mine:
         if sources[r] is not None:
             where, k = sources[r]
-            (rows if where == "row" else ring)[k] = READ
+            (read if where == "row" else ring)[k] = READ
     out = {r: WRITTEN for r in mine if sources[r] is not None}
     strips = [Strip(f"ring rows (req * {RING} + k)", [str(k) for k in range(POOL_REQUESTS * RING)], _ring_colours(p), ring),
-              _row_strip(p, "x rows (cells: pos)", rows),
+              _row_strip(p, "x rows (cells: pos)", read),
               _row_strip(p, "out rows (cells: pos)", out)]
-    return draw_touches(strips, f"Puzzle 2: program {program} of BLOCK = {block} rows gathers the partners "
+    return draw_touches(strips, f"Puzzle 2: program {program}, ROWS = {rows} rows a program, gathers the partners "
                                 "of its group rows")
 
 
