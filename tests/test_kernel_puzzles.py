@@ -461,3 +461,14 @@ def test_the_worked_request_is_computed_from_the_batch():
     assert min(t.get_fontsize() for t in fig.findobj(Text) if t.get_text()) >= MIN_FONT
     with pytest.raises(ValueError, match="unit='pairs'"):
         one_request_steps(batch, puzzles.RING, slot=3, per_program=4, unit="pairs")
+
+
+def test_an_answer_written_with_the_former_name_block_is_launched_by_it():
+    """Puzzles 1 and 2 called the rows a program takes ``BLOCK`` before the word came to mean a run
+    of pairs alone: an answer that still spells it so is checked on its merits, not refused."""
+    former = one_change(row_slots, "row_slots_block", [
+        ("ROWS: tl.constexpr", "BLOCK: tl.constexpr"),
+        ("tl.program_id(0) * ROWS + tl.arange(0, ROWS)", "tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)")])
+    assert wk.check_row_slots(former).ok
+    wrong = one_change(former, "row_slots_block_wrong", [("rows[:, None] < ends", "rows[:, None] <= ends")])
+    assert not wk.check_row_slots(wrong).ok

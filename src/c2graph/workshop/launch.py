@@ -29,6 +29,18 @@ from . import puzzles
 from .check import CheckResult, run_check
 
 
+# The rows a program takes were called BLOCK before "block" came to mean a run of pairs alone: a
+# function written with the former name is launched by it.
+FORMER_NAMES = {"ROWS": "BLOCK"}
+
+
+def by_former_names(kernel, kwargs: dict) -> dict:
+    """``kwargs`` with each name the kernel still spells the former way (:data:`FORMER_NAMES`) renamed so."""
+    params = inspect.signature(kernel.fn).parameters
+    return {FORMER_NAMES[k] if k in FORMER_NAMES and k not in params and FORMER_NAMES[k] in params else k: v
+            for k, v in kwargs.items()}
+
+
 def kernel_problem(fn, params: list[str]) -> str | None:
     """What keeps the check from launching ``fn`` (a stub raises ``NotImplementedError``), or ``None``."""
     name = name_of(fn)
@@ -41,7 +53,7 @@ def kernel_problem(fn, params: list[str]) -> str | None:
     if "raise NotImplementedError" in src:  # a student copy's stub: compiled, a raise does not compile
         raise NotImplementedError(f"{name} still raises NotImplementedError")
     names = list(inspect.signature(fn.fn).parameters)
-    if names != params:
+    if names != params and [FORMER_NAMES.get(n, n) for n in params] != names:
         return f"{name} takes ({', '.join(names)}); the check launches it with ({', '.join(params)}): keep the signature"
     return None
 
@@ -169,7 +181,7 @@ def launch(kernel, grid, *args, reader=None, said: str | None = None, outside=No
     names = list(inspect.signature(kernel.fn).parameters) if reader is None else []
     try:
         with reads_inside(list(args), names, outside):
-            kernel[grid](*args, **kwargs)
+            kernel[grid](*args, **by_former_names(kernel, kwargs))
     except Exception as e:
         cause = e
         while cause is not None and not isinstance(cause, NotImplementedError):
