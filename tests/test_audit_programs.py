@@ -19,7 +19,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
-from graph_backends import EMULATE, needs_triton
+from graph_backends import CUDA, EMULATE, device_of, needs_triton
 
 import audit_kernels_a
 import audit_kernels_b
@@ -36,10 +36,10 @@ HOST: dict[str, list] = {}
 class Rows:
     """The static inputs and output of a step, and what an eager path keeps on the host."""
 
-    def __init__(self):
-        self.x, self.out, self.row_scale, self.tmp = (torch.zeros(ROWS) for _ in range(4))
-        self.counts = torch.zeros(SLOTS, dtype=torch.int32)
-        self.index = torch.tensor([r % 5 for r in range(ROWS)])
+    def __init__(self, device: str = "cpu"):
+        self.x, self.out, self.row_scale, self.tmp = (torch.zeros(ROWS, device=device) for _ in range(4))
+        self.counts = torch.zeros(SLOTS, dtype=torch.int32, device=device)
+        self.index = torch.tensor([r % 5 for r in range(ROWS)], device=device)
         self.requests = self.live = 0
         self.kept: list[torch.Tensor] = []
 
@@ -51,17 +51,17 @@ class Rows:
         self.row_scale.copy_(torch.tensor([f for n, f in batch for _ in range(n)] + [0.0] * (ROWS - self.live)))
         self.counts.copy_(torch.tensor([n for n, _ in batch] + [0] * (SLOTS - len(batch)), dtype=torch.int32))
         HOST.update(counts=[n for n, _ in batch], scales=[f for _, f in batch])
-        self.fresh = torch.tensor([f for _, f in batch])  # a new tensor per batch
+        self.fresh = torch.tensor([f for _, f in batch], device=self.x.device)  # a new tensor per batch
         self.kept.append(self.fresh)
 
     def labels(self) -> dict[str, torch.Tensor]:
         return {"x": self.x, "out": self.out, "row_scale": self.row_scale, "counts": self.counts}
 
 
-def audited(program, loads=(0, 1)):
-    b = Rows()
+def audited(program, loads=(0, 1), backend=EMULATE):
+    b = Rows(device_of(backend))
     return b, c2.audit(lambda: program(b), [lambda k=k: b.load(k) for k in loads], labels=b.labels(),
-                       backend=EMULATE)
+                       backend=backend)
 
 
 def line_of(fn, marker: str) -> str:
@@ -286,6 +286,7 @@ def test_work_handed_to_a_worker_thread_is_not_ok():
     _, found = audited(worker_thread)
     (flag,) = found.flags
     assert not found.ok and flag.what == "replay" and flag.arg == "out" and "another thread" in flag.note, found
+    assert flag.where == line_of(worker_thread, "# BUG").replace("worker_thread", "<lambda>"), flag
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,3 +498,26 @@ def test_an_audit_from_another_thread_waits_for_run():
         release.set()
     worker.join()
     assert found and found[0].ok, found
+
+
+# ---------------------------------------------------------------------------------------------
+# The same verdicts on a real CUDA graph
+
+
+@pytest.mark.gpu
+# Not a hidden failure: each program's emulated verdict is held above on every machine; this CUDA side
+# runs under `make gpu-test`.
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by `make gpu-test`)")
+@pytest.mark.parametrize("program, bug", [
+    (rounding_mode_per_batch, True), (cast_per_batch, True), (capture_only_branch, True),
+    (python_float_from_host, True), (grid_from_live_rows, True), (same_named_kernels, True),
+    (static_refreshed, False), (compiled_fullgraph, False), (custom_op_without_host_reads, False),
+    (static_launch, False), (scratch_inside, False),
+], ids=lambda x: getattr(x, "__name__", ""))
+def test_the_verdict_on_cuda(program, bug):
+    _, found = audited(program, backend=CUDA)
+    assert found.ok == (not bug), found
+    if bug:
+        assert any(f.where.startswith(line_of(program, "# BUG")) for f in found.flags), found
+    else:
+        assert found.verdict().startswith("clean: replay matched eager on 1 load(s)"), found.verdict()

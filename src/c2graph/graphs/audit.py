@@ -112,7 +112,8 @@ class GraphAudit:
                  "replay matched eager, but on loads that did not differ in what the step reads")
         random = sorted({name for r in self.replays for name in r.random})
         if random:
-            words += (f"; could not compare {', '.join(random)}: random by design (two eager calls from the same state, "
+            words += (f"; could not compare {', '.join(random)}: random by design (two eager calls from the same "
+                      "state, "
                       "freezing the same values, wrote it differently)")
         return words
 
@@ -141,7 +142,8 @@ class GraphAudit:
         for (where, code, stack), flags in itertools.groupby(self.flags, key=lambda f: (f.where, f.code, f.stack)):
             lines += [("  " if k == 0 else "    called from ") + (f"{at}: {line}" if line else at)
                       for k, (at, line) in enumerate(stack or ((where, code),))]
-            lines += [f"      {labels.get(f.index, '') if f.what != 'replay' else ''}{f.op}: {f.words()}" for f in flags]
+            lines += [f"      {labels.get(f.index, '') if f.what != 'replay' else ''}{f.op}: {f.words()}"
+                      for f in flags]
         return "\n".join(lines + replay_lines(self))
 
     __str__ = __repr__ = table

@@ -228,7 +228,8 @@ def explain(m: Mismatch, replayed: Replayed, capture: CaptureRecord) -> Flag:
                     "into the graph")
         return _replay_flag(m, f.where, f.op, f.code, f.index, f.stack, note)
     if m.tensor in replayed.elsewhere:
-        return _replay_flag(m, "", "another thread", "", -1, (),
+        where, code = replayed.threads[0] if replayed.threads else ("", "")
+        return _replay_flag(m, where, "another thread", code, -1, ((where, code),) if where else (),
                             "another thread wrote it during the eager call; a capture records the work of its own "
                             "thread only, so the graph does none of it: do the work in the captured thread")
     for r in capture.flat():

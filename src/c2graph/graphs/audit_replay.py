@@ -23,7 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import linecache
+import os
 import sys
+import sysconfig
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -86,23 +90,24 @@ class Observer(Recording):
 
 @dataclass
 class EagerCall:
-    """One observed eager call: its record, its return value, and the tensors from before it that
-    another thread wrote during it (by storage address)."""
+    """One observed eager call: its record, its return value, the tensors from before it that
+    another thread wrote during it (by storage address), and the threads it started."""
 
     record: CaptureRecord
     returned: list[torch.Tensor]
     elsewhere: dict[int, torch.Tensor]
+    threads: tuple[tuple[str, str], ...] = ()  # where each thread started during it began its work
 
 
 def call_eagerly(step: Callable[[], object], labels: dict[str, torch.Tensor], saved: Saved) -> EagerCall:
     """Call ``step()`` once, observed (on CUDA on a side stream, as :func:`~c2graph.graphs.graph.warmup`)."""
-    versions = _versions()
+    versions, started = _versions(), []
     observer = Observer(labels, sys._getframe(), saved)
     stream = torch.cuda.Stream() if torch.cuda.is_available() else None
     if stream is not None:
         stream.wait_stream(torch.cuda.current_stream())
     side = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
-    with side, observer.active() as record:
+    with side, observer.active() as record, _threads_seen(started):
         returned = step()
     if stream is not None:
         torch.cuda.current_stream().wait_stream(stream)
@@ -117,7 +122,33 @@ def call_eagerly(step: Callable[[], object], labels: dict[str, torch.Tensor], sa
             key = t.untyped_storage().data_ptr()
             if now - version > writes.get(key, 0):
                 elsewhere.setdefault(key, t)
-    return EagerCall(record, [t for t in tree_leaves(returned) if isinstance(t, torch.Tensor)], elsewhere)
+    returned = [t for t in tree_leaves(returned) if isinstance(t, torch.Tensor)]
+    return EagerCall(record, returned, elsewhere, tuple(started))
+
+
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+@contextlib.contextmanager
+def _threads_seen(started: list):
+    """Note, in ``started``, where each thread started in the block begins to run code outside the
+    standard library (its work, as ``(where, code)``): a hook of ``threading.setprofile`` for the
+    block only, each thread's own profiler switched off once it has been seen."""
+
+    def hook(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == "call" and not path.startswith(_STDLIB) and not path.startswith("<frozen"):
+            sys.setprofile(None)
+            line = frame.f_code.co_firstlineno
+            started.append((f"{os.path.basename(path)}:{line} in {frame.f_code.co_name}",
+                            linecache.getline(path, line).strip()))
+
+    before = threading.getprofile()
+    threading.setprofile(hook)
+    try:
+        yield
+    finally:
+        threading.setprofile(before)
 
 
 def _versions() -> list[tuple[torch.Tensor, int]]:
@@ -216,6 +247,7 @@ class Replayed:
     random: tuple[str, ...]
     elsewhere: tuple[str, ...]
     eager: CaptureRecord
+    threads: tuple[tuple[str, str], ...] = ()
 
 
 def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], capture) -> tuple[list, list, list]:
@@ -264,9 +296,8 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
                 saved.restore()
                 written |= {k for k, t in replayed.items()
                             if k in saved.kept and not _equal(t, saved.kept[k][1], tensors[k])}
-                judged.append(_compare(i, after, replayed, returned, outs, written, names, varied,
-                                       [names.get(k, "?") for k in now if k in inputs and differing_rows(now[k], inputs[k])],
-                                       first))
+                differed = [names.get(k, "?") for k in now if k in inputs and differing_rows(now[k], inputs[k])]
+                judged.append(_compare(i, after, replayed, returned, outs, written, names, varied, differed, first))
             inputs = now
             graphs.append((graph, captured_out))
             for key, t in record.held.items():
@@ -285,8 +316,8 @@ def _compare(i, eager, replay, eager_out, replay_out, written, names, varied, di
             compared.append(names.get(key, "?"))
         rows = differing_rows(e, replay[key])
         if rows:
-            mismatches.append(Mismatch(names.get(key, "?"), rows_text(rows, e), *first_difference(e, replay[key], rows[0]),
-                                       key))
+            mismatches.append(Mismatch(names.get(key, "?"), rows_text(rows, e),
+                                       *first_difference(e, replay[key], rows[0]), key))
     for k, (e, r) in enumerate(zip(eager_out, replay_out)):
         compared.append(f"the step's return value [{k}]")
         rows = differing_rows(e, r)
@@ -294,7 +325,8 @@ def _compare(i, eager, replay, eager_out, replay_out, written, names, varied, di
             mismatches.append(Mismatch(f"the step's return value [{k}]", rows_text(rows, e),
                                        *first_difference(e, r, rows[0])))
     return Replayed(i, i - 1, tuple(compared), tuple(differed_in), tuple(mismatches),
-                    tuple(names.get(k, "?") for k in varied), tuple(names[k] for k in first.elsewhere), first.record)
+                    tuple(names.get(k, "?") for k in varied), tuple(names[k] for k in first.elsewhere), first.record,
+                    first.threads)
 
 
 def _key(t: torch.Tensor) -> int:

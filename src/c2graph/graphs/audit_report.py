@@ -16,8 +16,8 @@ def replay_lines(found) -> list[str]:
     """Each replay against eager, in words: what was compared, what differed, what was not compared."""
     lines = []
     for r in found.replays:
-        head = f"replay of capture {r.replayed + 1} after load {r.load + 1}, against an eager call after load {r.load + 1}:"
-        lines.append(head)
+        lines.append(f"replay of capture {r.replayed + 1} after load {r.load + 1}, against an eager call after "
+                     f"load {r.load + 1}:")
         lines.append("    loads differed in: " + (", ".join(r.differed_in) or "nothing the step reads"))
         lines.append("    compared: " + (", ".join(r.compared) or "nothing"))
         lines += [f"    DIFFERS: `{m.tensor}` in {m.rows} (eager {m.eager}, replay {m.replay})" for m in r.mismatches]

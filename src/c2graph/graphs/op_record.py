@@ -10,11 +10,11 @@ launcher, wrapped for the capture (:mod:`c2graph.graphs.triton_launches`), sees 
 Each :class:`OpRecord` holds the op's or kernel's name (a Triton kernel also by its code,
 :class:`KernelCode`); every argument that is not a tensor, by value (a Python int, a list of
 sizes, a string such as a ``rounding_mode``, a dtype, a device, a constexpr, a launch's grid, a
-random generator by its seed and state); every tensor argument by address and shape (:class:`TensorArg`), named after the
-``labels`` it lies in (``"pos[:16]"``), the earlier op that made it (``"temporary of op 3"``) or
-the Python number lifted into it; the records of a custom op's body; and ``where``, the lines of
-the captured code that issued it, from the launch outward (``"model.py:42 in forward, called from
-serve.py:7 in step"``; :mod:`c2graph.graphs.lines` finds them).
+random generator by its seed and whether it was just seeded, :mod:`.frozen_values`); every tensor
+argument by address and shape (:class:`TensorArg`), named after the ``labels`` it lies in
+(``"pos[:16]"``), the earlier op that made it (``"temporary of op 3"``) or the number lifted into
+it; the records of a custom op's body; and ``where``, the lines of the captured code that issued
+it, from the launch outward (``"model.py:42 in forward, called from serve.py:7 in step"``).
 """
 
 from __future__ import annotations
