@@ -89,8 +89,10 @@ class GraphAudit:
                   f"record(s), {launches} Triton launch(es), compared value by value, grid by grid, tensor by tensor)")
         differed = [r for r in self.replays if r.differed_in]
         if not differed:
-            return (f"inconclusive: the loads did not differ in anything the step reads, so a replay proves nothing; "
-                    f"{frozen}. Load batches that differ (values, counts, live rows)")
+            return (f"inconclusive: the loads did not differ in anything the step reads, so neither the replay nor "
+                    f"the {len(self.captures)} captures (alike, each of {len(records)} record(s), {launches} Triton "
+                    "launch(es)) can show what would come from a batch; load batches that differ (values, counts, "
+                    "live rows)")
         if not any(r.compared for r in differed) and any(r.random for r in differed):
             return f"could not compare: {self.replay_words()}; {frozen}"
         return f"clean: {self.replay_words()}; {frozen}"

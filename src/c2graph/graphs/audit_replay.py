@@ -258,7 +258,7 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
     Every tensor written is given back the bytes the load left it."""
     tensors = {_key(t): t for t in labels.values()}
     names = {_key(t): name for name, t in labels.items()}
-    captures, eagers, judged, inputs, graphs = [], [], [], {}, []
+    captures, eagers, judged, inputs, graphs, graphs_records = [], [], [], {}, [], []
     with compiled_code_eager():
         for i, load in enumerate(loads):
             load()
@@ -274,7 +274,8 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
             after = clone_all(tensors)
             returned = [t.detach().clone() for t in first.returned]
             saved.restore()
-            written = {k for k, t in after.items() if k in saved.kept and not _equal(t, saved.kept[k][1], tensors[k])}
+            written = _writes(first.record) | {k for k, t in after.items()
+                                                 if k in saved.kept and not _equal(t, saved.kept[k][1], tensors[k])}
             varied = set()
             if i:
                 second = call_eagerly(step, labels, saved)
@@ -294,12 +295,13 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
                 replayed = clone_all(tensors)
                 outs = [t.detach().clone() for t in previous_out]
                 saved.restore()
-                written |= {k for k, t in replayed.items()
+                written |= _writes(graphs_records[-1]) | {k for k, t in replayed.items()
                             if k in saved.kept and not _equal(t, saved.kept[k][1], tensors[k])}
                 differed = [names.get(k, "?") for k in now if k in inputs and differing_rows(now[k], inputs[k])]
                 judged.append(_compare(i, after, replayed, returned, outs, written, names, varied, differed, first))
             inputs = now
             graphs.append((graph, captured_out))
+            graphs_records.append(record)
             for key, t in record.held.items():
                 tensors.setdefault(key, t)
                 names.setdefault(key, _label_of(record, key) or f"a tensor {list(t.shape)} the capture touched")
@@ -341,6 +343,12 @@ def _equal(a: torch.Tensor, saved_storage: torch.UntypedStorage, t: torch.Tensor
         return not differing_rows(a, before)
 
 
+def _writes(record: CaptureRecord) -> set[int]:
+    """The storages from before the step that a record's torch ops write (a Triton kernel's pointers
+    count where their bytes change: a pointer does not say whether the kernel writes it)."""
+    return {t.storage for r in record.flat() for t in r.tensors if t.written and t.key[0] != "made"}
+
+
 def _same_frozen(a: CaptureRecord, b: CaptureRecord) -> bool:
     """Whether two records froze the same ops with the same values (tensors aside)."""
     flat_a, flat_b = a.flat(), b.flat()
@@ -360,5 +368,10 @@ def _label_of(record: CaptureRecord, key: int) -> str:
     for r in record.flat():
         for arg in r.tensors:
             if arg.storage == key and arg.key[0] != "made":
-                return arg.key[1] if arg.key[0] == "label" else f"{arg.name} of {r.op} {list(arg.shape)}"
+                if arg.key[0] == "label":
+                    return arg.key[1]
+                held = record.held[key]
+                how = "written" if arg.written else "passed" if arg.written is None else "read"
+                return (f"the {str(held.dtype).replace('torch.', '')} tensor {list(held.shape)} {how} as `{arg.name}` "
+                        f"by {r.op} at {r.stack[0][0] if r.stack else r.where}")
     return ""
