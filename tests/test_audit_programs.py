@@ -411,7 +411,7 @@ def test_random_output_is_not_compared_and_the_verdict_says_why():
     assert "random by design" in found.verdict()
     _, found = audited(part_random)
     assert found.ok and found.verdict().startswith("clean:"), found.verdict()
-    assert f"could not compare the float32 tensor [16] written as `self` by aten.copy_.default at " \
+    assert f"could not compare the float32 tensor [16] written as self by aten.copy_.default at " \
            f"{line_of(part_random, 'randn')}: random by design" in found.verdict(), found.verdict()
 
 

@@ -372,6 +372,6 @@ def _label_of(record: CaptureRecord, key: int) -> str:
                     return arg.key[1]
                 held = record.held[key]
                 how = "written" if arg.written else "passed" if arg.written is None else "read"
-                return (f"the {str(held.dtype).replace('torch.', '')} tensor {list(held.shape)} {how} as `{arg.name}` "
+                return (f"the {str(held.dtype).replace('torch.', '')} tensor {list(held.shape)} {how} as {arg.name} "
                         f"by {r.op} at {r.stack[0][0] if r.stack else r.where}")
     return ""
