@@ -405,7 +405,14 @@ def part_random(b: Rows) -> None:
     b.tmp.copy_(torch.randn(ROWS))
 
 
+def returns_a_draw(b: Rows) -> torch.Tensor:
+    b.out.copy_(b.x * 2)
+    return torch.randn(ROWS, device=b.x.device)
+
+
 def test_random_output_is_not_compared_and_the_verdict_says_why():
+    _, found = audited(returns_a_draw)
+    assert found.ok and found.replays[0].random == ("the step's return value [0]",), found
     _, found = audited(random_by_design)
     assert found.ok and found.verdict().startswith("could not compare"), found.verdict()
     assert "random by design" in found.verdict()

@@ -276,13 +276,15 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
             saved.restore()
             written = _writes(first.record) | {k for k, t in after.items()
                                                  if k in saved.kept and not _equal(t, saved.kept[k][1], tensors[k])}
-            varied = set()
+            varied: set = set()
             if i:
                 second = call_eagerly(step, labels, saved)
                 again = clone_all(tensors)
                 saved.restore()
                 if _same_frozen(first.record, second.record):
                     varied = {k for k in written if differing_rows(after[k], again[k])}
+                    varied |= {("returned", k) for k, (a, b) in enumerate(zip(returned, second.returned))
+                               if differing_rows(a, b)}
             now = {k: t for k, t in clone_all(tensors).items() if k not in written and k not in first.elsewhere}
             graph, record, captured_out = capture()
             captures.append(record)
@@ -295,7 +297,8 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
                 replayed = clone_all(tensors)
                 outs = [t.detach().clone() for t in previous_out]
                 saved.restore()
-                written |= _writes(graphs_records[-1]) | {k for k, t in replayed.items()
+                written |= _writes(graphs_records[-1])
+                written |= {k for k, t in replayed.items()
                             if k in saved.kept and not _equal(t, saved.kept[k][1], tensors[k])}
                 differed = [names.get(k, "?") for k in now if k in inputs and differing_rows(now[k], inputs[k])]
                 judged.append(_compare(i, after, replayed, returned, outs, written, names, varied, differed, first))
@@ -321,13 +324,17 @@ def _compare(i, eager, replay, eager_out, replay_out, written, names, varied, di
             mismatches.append(Mismatch(names.get(key, "?"), rows_text(rows, e),
                                        *first_difference(e, replay[key], rows[0]), key))
     for k, (e, r) in enumerate(zip(eager_out, replay_out)):
+        if ("returned", k) in varied:
+            continue
         compared.append(f"the step's return value [{k}]")
         rows = differing_rows(e, r)
         if rows:
             mismatches.append(Mismatch(f"the step's return value [{k}]", rows_text(rows, e),
                                        *first_difference(e, r, rows[0])))
     return Replayed(i, i - 1, tuple(compared), tuple(differed_in), tuple(mismatches),
-                    tuple(names.get(k, "?") for k in varied), tuple(names[k] for k in first.elsewhere), first.record,
+                    tuple(f"the step's return value [{k[1]}]" if isinstance(k, tuple) else names.get(k, "?")
+                          for k in varied),
+                    tuple(names[k] for k in first.elsewhere), first.record,
                     first.threads)
 
 
