@@ -8,7 +8,10 @@
   :mod:`.lines`: which lines of the reader's code issued an op (and which of its compiled
   functions a recorded capture ran op by op)
 - :mod:`.refusals`: what a capture refuses (host syncs, host copies), in CUDA's words
-- :mod:`.audit`: what a graph froze from the batch it was captured with
+- :mod:`.audit`: whether a graph captured on one batch does, on another, what the step does:
+  :mod:`.audit_replay` replays it against an eager call, :mod:`.audit_compare` compares records
+  and says why, :mod:`.audit_report` writes the verdict in words and HTML; :mod:`.frozen_values`:
+  what a record holds by value besides numbers (strings, dtypes, generators, a kernel's code)
 - :mod:`.cuda_nodes`: the nodes of a captured CUDA graph, read without launching it
 
 It knows nothing of the compressor: the prefill graph that uses it is :mod:`c2graph.prefill`.

@@ -7,13 +7,14 @@ and of a custom op's Python body (run below the mode, with the mode entered agai
 launcher, wrapped for the capture (:mod:`c2graph.graphs.triton_launches`), sees every
 ``kernel[grid](...)``, which never passes through torch's dispatcher.
 
-Each :class:`OpRecord` holds the op's or kernel's name; every argument that is not a tensor, by
-value (a Python int, a list of sizes, a constexpr, a launch's grid, a random generator by its
-seed); every tensor argument by address and shape (:class:`TensorArg`), named after the
-``labels`` it lies in (``"pos[:16]"``), the earlier op that made it (``"temporary of op 3"``) or
-the Python number lifted into it; the records of a custom op's body; and ``where``, the lines of
-the captured code that issued it, from the launch outward (``"model.py:42 in forward, called from
-serve.py:7 in step"``; :mod:`c2graph.graphs.lines` finds them).
+Each :class:`OpRecord` holds the op's or kernel's name (a Triton kernel also by its code,
+:class:`KernelCode`); every argument that is not a tensor, by value (a Python int, a list of
+sizes, a string such as a ``rounding_mode``, a dtype, a device, a constexpr, a launch's grid, a
+random generator by its seed and whether it was just seeded, :mod:`.frozen_values`); every tensor
+argument by address and shape (:class:`TensorArg`), named after the ``labels`` it lies in
+(``"pos[:16]"``), the earlier op that made it (``"temporary of op 3"``) or the number lifted into
+it; the records of a custom op's body; and ``where``, the lines of the captured code that issued
+it, from the launch outward (``"model.py:42 in forward, called from serve.py:7 in step"``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_leaves
 
+from .frozen_values import BY_VALUE, GeneratorArg, KernelCode, generator_arg, kernel_code
 from .lines import locate, ran_eagerly_lines
 from .ops import launches_kernel, tensors_in
 from .refusals import PREVIOUS_ERROR, is_refusal
@@ -41,7 +43,7 @@ LAUNCH = "Triton launch"
 class TensorArg:
     """One tensor argument, by address and shape. ``written``: whether the op writes it (``None``:
     a pointer handed to a Triton kernel); ``label``: where it lies; ``key``: ``(kind, place,
-    offset, shape, stride)``, what identifies it across captures.
+    offset, shape, stride)``, what identifies it across captures; ``storage``: its storage's address.
     """
 
     name: str
@@ -50,22 +52,11 @@ class TensorArg:
     key: tuple
     shape: tuple[int, ...]
     address: int
+    storage: int = field(default=0, compare=False)
 
     def __str__(self) -> str:
         base = self.label.split("[")[0].split(" ")[0]
         return self.label if base == self.name else f"{self.name}: {self.label}"
-
-
-@dataclass(frozen=True)
-class GeneratorArg:
-    """A random generator handed to an op, by the seed it was last seeded with."""
-
-    seed: int
-
-    def __str__(self) -> str:
-        return f"a torch.Generator seeded with {self.seed}"
-
-    __repr__ = __str__
 
 
 @dataclass(frozen=True)
@@ -87,6 +78,7 @@ class OpRecord:
     stack: tuple[tuple[str, str], ...]
     body: tuple[OpRecord, ...] = ()
     replay: Callable[[], object] | None = field(default=None, repr=False, compare=False)
+    kernel: KernelCode | None = None  # a Triton launch's kernel, by its code
 
     def run(self) -> None:
         """Relaunch it as an emulated replay does: its own launch, then its body's."""
@@ -120,6 +112,8 @@ class CaptureRecord:
     refused_stack: tuple[tuple[str, str], ...] = ()
     raised: bool = False
     ran_eagerly: list[str] = field(default_factory=list)
+    held: dict[int, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+    """Every tensor from before the capture that a record names, by storage address (one view of it)."""
 
     def flat(self) -> list[OpRecord]:
         """Every record, bodies included, in capture order."""
@@ -294,7 +288,7 @@ class Recording:
             out = launcher(kernel, *args, grid=grid, warmup=False, **kwargs)
         replay = self.replay(lambda *a, **k: launcher(kernel, *a, grid=grid, warmup=False, **k), args, kwargs)
         self._sinks[-1].append(OpRecord(index, kernel_name(kernel), LAUNCH, True, scalars, tensors, *where,
-                                        replay=replay))
+                                        replay=replay, kernel=kernel_code(kernel)))
         return out
 
     def _start(self) -> tuple[int, tuple[str, str, tuple]]:
@@ -328,7 +322,9 @@ class Recording:
                 elif _is_number(value):
                     scalars.append((arg.name, list(value) if isinstance(value, (list, tuple)) else value))
                 elif isinstance(value, torch.Generator):
-                    scalars.append((arg.name, GeneratorArg(value.initial_seed())))
+                    scalars.append((arg.name, generator_arg(value)))
+                elif isinstance(value, BY_VALUE):
+                    scalars.append((arg.name, value))
         return tuple(scalars), tuple(tensors)
 
     def _tensor(self, name: str, t: torch.Tensor, written: bool | None) -> TensorArg:
@@ -347,7 +343,11 @@ class Recording:
             text, key = f"temporary of op {op}" + (f" (output {k})" if k else ""), ("made", op, k, b0)
         else:
             text, key = f"an unlabelled tensor {list(shape)}", ("unlabelled", storage, b0)
-        return TensorArg(name, written, text, (*key, shape, stride), shape, storage + b0)
+        if key[0] != "made":
+            held = self.record.held.get(storage)
+            if held is None or held.numel() < t.numel():
+                self.record.held[storage] = t
+        return TensorArg(name, written, text, (*key, shape, stride), shape, storage + b0, storage)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 :func:`audit_runner` runs :func:`c2graph.graphs.audit.audit` over the runner's public step and
 load (:meth:`~c2graph.prefill.runner.PrefillGraphRunner.step`,
 :meth:`~c2graph.prefill.runner.PrefillGraphRunner.load_capture_batch`, ``refresh``), with every
-tensor the captured work touches named (:func:`runner_labels`).
+tensor the captured work touches named (:func:`runner_labels`). It holds the runner's lock for
+the whole audit (a ``run`` of another thread waits, and never sees the audit's batches), and gives
+every one of those tensors, and the static batch's record of what it holds, back as it found them:
+a batch refreshed before the audit is still the one a replay after it reads.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import torch
 from ..compressor.batch import ExtendBatch
 from ..compressor.req_to_token import ReqToTokenPool
 from ..graphs.audit import GraphAudit, audit
+from ..graphs.audit_replay import Saved
 
 
 def audit_batch(runner, bucket: int) -> ExtendBatch:
@@ -38,6 +42,21 @@ def audit_runner(runner, bucket: int) -> GraphAudit:
     with :func:`audit_batch`."""
     if bucket not in runner.buckets:
         raise ValueError(f"bucket = {bucket!r}; expected one of the runner's buckets {runner.buckets}")
+    with runner.lock:
+        labels = runner_labels(runner)
+        saved, static = Saved(), runner.static
+        for t in labels.values():
+            saved.keep(t)
+        held = {name: value.copy() if isinstance(value, dict) else value for name, value in vars(static).items()}
+        try:
+            return _audit(runner, bucket, labels)
+        finally:
+            saved.restore()
+            vars(static).clear()
+            vars(static).update(held)
+
+
+def _audit(runner, bucket: int, labels) -> GraphAudit:
     batch = audit_batch(runner, bucket)
     xs = [layer.random_hidden(batch.live_rows, seed=i) for i, layer in enumerate(runner.layers)]
     lengths = ", ".join(str(r.extend_len) for r in batch.requests)
@@ -48,7 +67,7 @@ def audit_runner(runner, bucket: int) -> GraphAudit:
     name = type(runner).__name__ + (f" ({runner.variant})" if hasattr(runner, "variant") else "")
     title = f"audit of {name}, bucket {bucket}, {len(runner.layers)} layer(s): {runner.path} path"
     found = audit(lambda: runner.step(bucket), [lambda: runner.load_capture_batch(bucket),
-                                                lambda: runner.refresh(batch, xs)], labels=runner_labels(runner))
+                                                lambda: runner.refresh(batch, xs)], labels=labels)
     return replace(found, title=title, loads=loads)
 
 
