@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import allocate, as_device, as_int
+from .arguments import allocate, as_device, as_int, check_type
 from .extend_offsets import build_extend_offsets, check_extend_offsets
 from .req_to_token import ReqToTokenPool
 from .rows import MIN_RING_SIZE, BatchPlan, plan_rows
@@ -69,6 +69,15 @@ class ExtendBatch:
     extents: dict[str, tuple[int, int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.requests, (str, bytes)) or not isinstance(self.requests, Iterable):
+            raise ValueError(f"requests = {self.requests!r}; expected a list of (pool_index, prefix_len, "
+                             "extend_len) tuples")
+        reqs = []
+        for i, r in enumerate(self.requests):
+            if not _is_fields(r) or len(fields := tuple(r)) != 3:
+                raise ValueError(f"request {i} = {r!r}; expected three fields (pool_index, prefix_len, extend_len)")
+            reqs.append(Request(*(as_int(f"request {i}: {n}", v, least=0) for n, v in zip(Request._fields, fields))))
+        object.__setattr__(self, "requests", tuple(reqs))
         rows = [getattr(self, name) for name in ROW_TENSORS]
         well_formed = all(isinstance(t, torch.Tensor) and t.dim() == 1 and not t.is_floating_point() for t in rows)
         if not well_formed or len({(t.shape[0], t.device) for t in rows}) != 1:
@@ -117,7 +126,15 @@ class ExtendBatch:
         allocated: a ``ValueError`` leaves the allocator as it was. Requests that
         :func:`check_requests` returned for this allocator are not checked again. The batch's
         tensors are made on the host and copied to ``device``; nothing is read back (no sync).
+        Holds the allocator's lock from working the pages out to giving them, so two threads
+        building at once never share a page.
         """
+        check_type("allocator", allocator, ReqToTokenPool, "a c2graph.ReqToTokenPool")
+        with allocator.lock:  # no other thread gives pages between pages_for and take
+            return cls._build(requests, allocator, request_slots, pad_to, device, pools)
+
+    @classmethod
+    def _build(cls, requests, allocator, request_slots, pad_to, device, pools) -> "ExtendBatch":
         reqs = check_requests(requests, allocator)
         slots = len(reqs) if request_slots is None else as_int("request_slots", request_slots, least=0)
         if len(reqs) > slots:
@@ -293,6 +310,7 @@ def check_requests(requests, allocator: ReqToTokenPool) -> CheckedRequests:
     field if one is bad (fields as :func:`~c2graph.compressor.arguments.as_int` takes them)."""
     if isinstance(requests, CheckedRequests) and requests.allocator is allocator:
         return requests
+    check_type("allocator", allocator, ReqToTokenPool, "a c2graph.ReqToTokenPool")
     expected = "expected a list of (pool_index, prefix_len, extend_len) tuples"
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
         raise ValueError(f"requests = {requests!r}; {expected}")
