@@ -443,3 +443,41 @@ def test_generated_allocator_sequences_keep_every_page_once(data):
             except ValueError as e:  # the pool ran out: nothing given
                 assert "free pages" in str(e) and changed(before, snapshot(alloc)) == []
         assert_every_page_once(alloc)
+
+
+# ---------------------------------------------------------------------------------------------
+# ExtendBatch.check: the whole-tensor look at a right batch says what the rules row by row say.
+
+
+def _verdict(batch, pools) -> str | None:
+    try:
+        batch.check(pools)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_quick_look_at_a_batch_agrees_with_the_rules_row_by_row(data):
+    import c2graph.compressor.batch as batch_module
+
+    alloc = c2.ReqToTokenPool(CFG, 6, 96, seed=1)
+    pools = c2.Pools(CFG, 6, alloc.kv_slots)
+    requests = data.draw(ragged_requests(pool_requests=6, max_prefix=30), label="requests")
+    live = sum(r[2] for r in requests)
+    batch = c2.ExtendBatch.build(requests, alloc, pad_to=live + data.draw(st.integers(0, 3)),
+                                 request_slots=len(requests) + data.draw(st.integers(0, 2)))
+    if data.draw(st.booleans(), label="changed"):
+        name = data.draw(st.sampled_from(["pos", "req", "raw_out_loc", "c2_slot"]), label="tensor")
+        t = getattr(batch, name).clone()
+        t[data.draw(st.integers(0, batch.num_rows - 1), label="row")] = data.draw(st.integers(0, 40), label="value")
+        batch = dataclasses.replace(batch, **{name: t})
+    quick = _verdict(batch, pools)
+    real = batch_module.rows_agree
+    try:
+        batch_module.rows_agree = lambda *args: False  # every batch through the rules, row by row
+        slow = _verdict(batch, pools)
+    finally:
+        batch_module.rows_agree = real
+    assert quick == slow
