@@ -124,6 +124,16 @@ def _over_wkv(c: Call) -> torch.Tensor:
     return c.layer.wkv.view(-1)[: c.T * CFG.D].view(c.T, CFG.D)
 
 
+def _over_wk(c: Call) -> torch.Tensor:
+    """A ``[T, D]`` bf16 view whose first rows are the layer's ``wk`` (moved into a larger buffer,
+    same values)."""
+    wk = c.layer.wk
+    memory = torch.empty(max(c.T * CFG.D, wk.numel()), dtype=torch.bfloat16)
+    memory[: wk.numel()] = wk.flatten()
+    c.layer.wk = memory[: wk.numel()].view(wk.shape)
+    return memory[: c.T * CFG.D].view(c.T, CFG.D)
+
+
 # name -> (what it changes, the argument a refusal names; None: a harmless change, the right result)
 MISUSES = {
     "latent_out expanded": (lambda c: setattr(c, "latent_out", c.latent_out[:1].expand(c.T, CFG.D)), "latent_out"),
@@ -135,8 +145,7 @@ MISUSES = {
                               "latent_out"),
     "latent_out fp32": (lambda c: setattr(c, "latent_out", c.latent_out.float()), "latent_out"),
     "latent_out over layer.wkv": (lambda c: setattr(c, "latent_out", _over_wkv(c)), "latent_out.*layer.wkv"),
-    "latent_out over layer.wk": (lambda c: setattr(c, "latent_out", c.layer.wk.view(-1)[: c.T * CFG.D].view(c.T, CFG.D)),
-                                 "latent_out.*layer.wk"),
+    "latent_out over layer.wk": (lambda c: setattr(c, "latent_out", _over_wk(c)), "latent_out.*layer.wk"),
     "latent_out over the ring": (lambda c: setattr(c, "latent_out", c.pools.ring.view(torch.bfloat16)[-c.T:, :CFG.D]),
                                  "latent_out|pools.ring"),
     "kv_cache requires grad": (lambda c: c.pools.kv_cache.requires_grad_(), "pools.kv_cache"),
@@ -154,7 +163,8 @@ MISUSES = {
     "k_norm_w a row longer": (lambda c: setattr(c.layer, "k_norm_w", torch.cat([c.layer.k_norm_w] * 2)),
                               "layer.k_norm_w"),
     "the projection requires grad": (lambda c: c.projected.requires_grad_(), "projected|kv|score"),
-    "the projection over the ring": (lambda c: setattr(c, "projected", c.pools.ring[: c.T]), "pools.ring"),
+    # (a ring of fewer rows than the batch gives a projection of the wrong shape: refused naming it)
+    "the projection over the ring": (lambda c: setattr(c, "projected", c.pools.ring[: c.T]), "pools.ring|projected|kv"),
     "the projection fp64": (lambda c: setattr(c, "projected", c.projected.double()), "projected|kv|score"),
     "batch.pos int32": (lambda c: setattr(c, "batch", dataclasses.replace(c.batch, pos=c.batch.pos.int())),
                         "batch.pos"),
@@ -274,6 +284,11 @@ def test_a_layer_and_pools_made_under_inference_mode_work_outside_it():
         c2.ExtendBatch.build([(0, 0, 2)], alloc)
         alloc.free(1)
     c2.ExtendBatch.build([(1, 0, 2)], alloc)
+    fused = c2.SourceLayer(CFG, seed=2)
+    with torch.inference_mode():  # the paths inside inference mode, on pools made outside it
+        batch = c2.ExtendBatch.build([(2, 1, 6)], alloc)
+        for layer_ in (layer, fused):
+            c2.compress(layer_, layer_.random_hidden(batch.live_rows, seed=5), batch, pools)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,6 +157,8 @@ def check_layer(layer: SourceLayer, names=None) -> None:
     check_type("layer", layer, SourceLayer, "a c2graph.SourceLayer")
     if not isinstance(layer.cfg, Config):
         raise ValueError(f"layer.cfg is a {type(layer.cfg).__name__}; expected a c2graph.Config")
+    if not isinstance(layer.device, torch.device):
+        raise ValueError(f"layer.device = {layer.device!r}; expected the torch.device the layer was made on")
     shapes = layer_shapes(layer.cfg)
     for name in names or shapes:
         shape, dtype = shapes[name]
