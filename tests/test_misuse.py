@@ -496,3 +496,16 @@ def test_the_quick_look_at_a_batch_agrees_with_the_rules_row_by_row(data):
     finally:
         batch_module.rows_agree = real
     assert quick == slow
+
+
+def test_arguments_of_the_wrong_kind_are_refused_by_name():
+    layer, alloc = c2.SourceLayer(CFG), c2.ReqToTokenPool(CFG, 4, 64)
+    pools = c2.Pools(CFG, 4, alloc.kv_slots)
+    batch = c2.ExtendBatch.build([(0, 1, 5)], alloc)
+    refused_cleanly(lambda: c2.ExtendBatch.build([(1, 0, 2)], alloc, pools="pools"), "pools is a str", alloc)
+    refused_cleanly(lambda: c2.ExtendBatch.build([(1, 0, 2)], alloc, pools=[pools, None]), r"pools\[1\]: pools is a",
+                    alloc, pools)
+    refused_cleanly(lambda: batch.check("pools"), "pools is a str")
+    refused_cleanly(lambda: c2.compress_fused_op(*[None] * 13, CFG.eps, 2, 6), "projected is a NoneType", pools)
+    refused_cleanly(lambda: c2.SourceLayer(CFG, seed=2**64), "seed = 18446744073709551616")
+    assert torch.equal(c2.SourceLayer(CFG, seed=-1).wk, c2.SourceLayer(CFG, seed=2**64 - 1).wk)  # torch's own wrap

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,11 +18,9 @@ from .._runtime import DEFAULT_DEVICE
 from .arguments import allocate, as_device, as_int, check_type
 from .batch_values import Request, as_requests, rows_agree
 from .extend_offsets import build_extend_offsets, check_extend_offsets
+from .pools import Pools
 from .req_to_token import ReqToTokenPool
 from .rows import MIN_RING_SIZE, BatchPlan, plan_rows
-
-if TYPE_CHECKING:
-    from .pools import Pools
 
 #: The per-row tensors whose extents a batch counts when it is made (:attr:`ExtendBatch.extents`).
 ROW_TENSORS = ("pos", "req", "raw_out_loc", "c2_slot")
@@ -364,6 +361,7 @@ def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "", extents:
     c2 slots (both caches) and positions. The extents were counted on the host when the batch was
     made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too.
     ``extents``: extents counted again (:meth:`ExtendBatch.check` passes those of the tensors now)."""
+    check_type(f"{where}pools", pools, Pools, "a c2graph.Pools")
     for r in batch.requests:
         as_int(f"{where}batch request pool_index", r.pool_index, least=0, below=pools.pool_requests,
                below_is=f"pools.pool_requests ({pools.pool_requests})")

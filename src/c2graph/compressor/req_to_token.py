@@ -58,7 +58,7 @@ class ReqToTokenPool:
             raise ValueError(f"cfg is a {type(cfg).__name__}; expected a c2graph.Config")
         pool_requests = as_int("pool_requests", pool_requests, least=1)
         pages_per_request = -(-as_int("max_seq_len", max_seq_len, least=1) // cfg.page_size)
-        seed = as_int("seed", seed, least=0, below=2**63)
+        seed = as_int("seed", seed, least=-(2**63), below=2**64, below_is="2**64 (what torch.manual_seed takes)")
         num_pages = 1 + pool_requests * pages_per_request  # page 0 is reserved
         # the table (int64), the shuffle (int64) and the free list (a Python int each, about 36 bytes)
         check_fits_memory(f"pool_requests = {pool_requests} with max_seq_len = {max_seq_len}",

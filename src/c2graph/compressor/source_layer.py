@@ -45,7 +45,7 @@ class SourceLayer:
             raise ValueError(f"cfg is a {type(cfg).__name__}; expected a c2graph.Config")
         if use_fused_gate not in (True, False):
             raise ValueError(f"use_fused_gate = {use_fused_gate!r}; expected True or False")
-        seed = as_int("seed", seed, least=0, below=2**63)
+        seed = as_int("seed", seed, least=-(2**63), below=2**64, below_is="2**64 (what torch.manual_seed takes)")
         device = as_device("device", device, DEFAULT_DEVICE)
         weights = 2 * (4 * cfg.D * cfg.hidden + cfg.index_dim * cfg.D + cfg.D + cfg.index_dim)
         sizes = f"cfg.D = {cfg.D} with cfg.hidden = {cfg.hidden} and cfg.index_dim = {cfg.index_dim}"
@@ -120,7 +120,8 @@ class SourceLayer:
         """Random hidden states ``[rows, hidden]`` bf16 on the layer's device."""
         rows = as_int("rows", rows, least=0)
         check_fits_memory(f"rows = {rows}", 6 * rows * self.cfg.hidden, torch.device("cpu"), "the hidden states")
-        g = torch.Generator().manual_seed(as_int("seed", seed, least=0, below=2**63))
+        seed = as_int("seed", seed, least=-(2**63), below=2**64, below_is="2**64 (what torch.manual_seed takes)")
+        g = torch.Generator().manual_seed(seed)
         return torch.randn(rows, self.cfg.hidden, generator=g).to(torch.bfloat16).to(self.device)
 
 
