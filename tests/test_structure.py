@@ -106,7 +106,7 @@ def test_reader_finds_the_imports_it_should():
     graph = import_graph()
     assert "c2graph.compressor.batch" in graph["c2graph.compressor.torch_path"]
     assert "c2graph._runtime" in graph["c2graph"]
-    assert graph["c2graph.compressor.ring"] == set()
+    assert graph["c2graph.compressor.arguments"] == set()
     assert len(graph) > 50
 
 

@@ -1,7 +1,8 @@
 """The compressor: one ratio-2 source layer, its batch, its caches, and the two paths that fill them.
 
 - :mod:`.config`, :mod:`.source_layer`: sizes, seeded weights, the source projection
-- :mod:`.req_to_token`, :mod:`.batch`, :mod:`.extend_offsets`: an extend batch and its metadata;
+- :mod:`.req_to_token`, :mod:`.batch` (:mod:`.batch_values`: its requests, its rows checked against
+  them), :mod:`.extend_offsets`: an extend batch and its metadata;
   :mod:`.rows`: what each of its rows does (the row plan)
 - :mod:`.pools`, :mod:`.ring`: the caches a batch writes, and the pending-pair ring
 - :mod:`.torch_path`: the compressor as plain torch ops (the reference)

@@ -7,9 +7,12 @@ value and what was expected, before anything is written or allocated.
 - :func:`as_device`: a device argument that this machine has;
 - :func:`check_type`: an argument of one of the package's classes (a batch, pools, a layer, a Config);
 - :func:`allocate`: an allocation whose failure is said in the package's words, naming the argument;
-- :func:`check_tensor`: a tensor's shape, dtype and device;
+- :func:`check_tensor`: a tensor's shape, dtype and device, outside autograd, dense where written
+  (:func:`check_plain`);
 - :func:`overlaps`, :func:`check_no_overlap`: no tensor a path writes shares memory with another
-  tensor of the call (a latent buffer over a cache would overwrite cache rows).
+  tensor of the call (a latent buffer over a cache would overwrite cache rows), by address, so
+  views count;
+- :func:`check_fits_memory`: a size refused before it is allocated when the device cannot hold it.
 
 The checks of the layer, the batch and the pools together are in :mod:`.checks`; this module
 imports nothing else of the package.
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 from collections.abc import Iterable
 
 import torch
@@ -116,43 +120,113 @@ def _shape(t) -> object:
     return tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
 
 
-def check_tensor(name: str, t, shape: tuple, dtype: torch.dtype, device: torch.device) -> None:
+def check_tensor(name: str, t, shape: tuple, dtype: torch.dtype, device: torch.device, *,
+                 written: bool = False, dense: bool = False) -> None:
+    """``t`` (named ``name``) is a tensor of ``shape``, ``dtype``, on ``device``, outside autograd
+    (:func:`check_plain`); one the call ``written`` in place is also dense (row-major, every
+    element its own memory: an expanded tensor would take one value for many elements) and not an
+    inference tensor outside inference mode; ``dense`` asks density of a tensor only read (a
+    kernel's pointer). Reads no tensor value."""
+    if (isinstance(t, torch.Tensor) and t.shape == shape and t.dtype == dtype and t.device == device
+            and not t.requires_grad and (not (written or dense) or t.is_contiguous())
+            and not (written and t.is_inference())):
+        return  # the common case, in few calls: every check passes
     if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape):
         raise ValueError(f"{name} has shape {_shape(t)}; expected {list(shape)}")
     if t.dtype != dtype:
         raise ValueError(f"{name} has dtype {t.dtype}; expected {dtype}")
     if not same_device(t.device, device):
         raise ValueError(f"{name} is on {t.device}; expected {device} (the pools' device)")
+    check_plain(name, t, written=written)
+    if (written or dense) and not t.is_contiguous():
+        raise ValueError(f"{name} is not contiguous (strides {t.stride()}); expected a dense row-major tensor"
+                         + (" (it is written in place)" if written else ""))
+
+
+def check_plain(name: str, t: torch.Tensor, *, written: bool = False) -> None:
+    """``t`` is outside autograd: the compressor serves inference, and a tensor that requires grad
+    (a leaf, or one computed from one) would either refuse the in-place writes or pull the caches
+    into an autograd graph. A tensor written in place is not an inference tensor outside inference
+    mode either (torch refuses to write one there)."""
+    if t.requires_grad:
+        raise ValueError(f"{name} requires grad; expected a tensor outside autograd (the compressor serves "
+                         f"inference: pass {name}.detach(), or make it under torch.no_grad())")
+    if written and t.is_inference() and not torch.is_inference_mode_enabled():
+        raise ValueError(f"{name} is an inference tensor (made under torch.inference_mode()) and is written in "
+                         "place outside inference mode, which torch refuses; expected a normal tensor (clone it "
+                         "outside inference mode), or call inside torch.inference_mode()")
 
 
 def same_device(a: torch.device, b: torch.device) -> bool:
     """Same device type, and the same index where both name one (``cuda`` matches ``cuda:0``)."""
-    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+    return a == b or a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
+
+
+def span(t: torch.Tensor) -> tuple[int, int]:
+    """The bytes ``t`` may touch: ``[address of its first element, one past its last)``, by address,
+    so that two views of one memory compare whatever storage objects hold them. ``(0, 0)`` for an
+    empty tensor. Reads no tensor value."""
+    n = t.numel()
+    if n == 0:
+        return 0, 0
+    start, size = t.data_ptr(), t.element_size()
+    if t.is_contiguous():
+        return start, start + n * size
+    return start, start + (sum((k - 1) * s for k, s in zip(t.shape, t.stride())) + 1) * size
+
 
 def overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``a`` and ``b`` share some memory: the same storage, and byte ranges (from the first element
-    to one past the last) that intersect. Reads no tensor value (it runs inside a capture)."""
-    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+    """``a`` and ``b`` share some memory: on one device, byte ranges (from the first element to one
+    past the last, by address: views of one storage included) that intersect. Reads no tensor
+    value (it runs inside a capture)."""
+    if not same_device(a.device, b.device):
         return False
-    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
-        return False
-
-    def span(t: torch.Tensor) -> tuple[int, int]:
-        first = t.storage_offset() * t.element_size()
-        last = first + sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride())) * t.element_size()
-        return first, last + t.element_size()
-
     (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
+    return a0 < a1 and b0 < b1 and a0 < b1 and b0 < a1
 
 
 def check_no_overlap(written: dict[str, torch.Tensor], read: dict[str, torch.Tensor] | None = None) -> None:
     """``ValueError`` naming both tensors where one tensor a call writes (``written``: name -> tensor)
-    shares memory with another written tensor, or with one it reads (``read``)."""
+    shares memory with another written tensor, or with one it reads (``read``; tensors read may
+    share memory with each other). One sort of the byte ranges (:func:`span`): ``O(n log n)`` in the
+    number of tensors, no tensor value read."""
+    ranges = [(*span(t), True) for t in written.values() if isinstance(t, torch.Tensor)]
+    ranges += [(*span(t), False) for t in (read or {}).values() if isinstance(t, torch.Tensor)]
+    ranges.sort()
+    open_: list[tuple] = []  # ranges that may still intersect a later one
+    for r in ranges:
+        if r[0] == r[1]:
+            continue  # empty
+        open_ = [o for o in open_ if o[1] > r[0]]
+        if open_ and (r[2] or any(o[2] for o in open_)):
+            _say_overlap(written, read or {})
+        open_.append(r)
+
+
+def _say_overlap(written: dict, read: dict) -> None:
+    """Name the first pair that shares memory, in the order the tensors were given (a written
+    tensor first); :func:`check_no_overlap` found one."""
     names = list(written)
     for i, name in enumerate(names):
-        others = [(o, written[o]) for o in names[i + 1:]] + list((read or {}).items())
-        for other, t in others:
+        for other, t in [(o, written[o]) for o in names[i + 1:]] + list(read.items()):
             if isinstance(t, torch.Tensor) and overlaps(written[name], t):
                 raise ValueError(f"{name} shares memory with {other}; expected separate tensors (a write to "
                                  f"{name} would change {other})")
+
+
+def device_bytes(device: torch.device) -> int:
+    """The memory of ``device`` in bytes: a CUDA device's total memory, or this machine's RAM."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device.index if device.index is not None
+                                                else torch.cuda.current_device()).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_fits_memory(what: str, nbytes: int, device: torch.device, held: str = "") -> None:
+    """``ValueError`` before anything is allocated when ``nbytes`` (for ``held``, in words) exceed the
+    memory of ``device``, or a tensor's element count (``2**63``). ``what`` names the arguments that
+    ask for them, with their values (``"kv_slots = 4096"``)."""
+    have = device_bytes(device)
+    if nbytes > have or nbytes >= 2**63:
+        raise ValueError(f"{what} needs more memory than this device can allocate ({held + ': ' if held else ''}"
+                         f"{nbytes:.3g} bytes; {device.type} has {have:.3g}); expected a size that fits")

@@ -11,32 +11,22 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from .._runtime import DEFAULT_DEVICE
-from .arguments import allocate, as_device, as_int
+from .arguments import allocate, as_device, as_int, check_type
+from .batch_values import Request, as_requests, rows_agree
 from .extend_offsets import build_extend_offsets, check_extend_offsets
+from .pools import Pools
 from .req_to_token import ReqToTokenPool
 from .rows import MIN_RING_SIZE, BatchPlan, plan_rows
-
-if TYPE_CHECKING:
-    from .pools import Pools
 
 #: The per-row tensors whose extents a batch counts when it is made (:attr:`ExtendBatch.extents`).
 ROW_TENSORS = ("pos", "req", "raw_out_loc", "c2_slot")
 
 MAX_ROWS = 2**31
 """Rows of a batch are fewer than this: the extend offsets hold row numbers in int32."""
-
-
-class Request(NamedTuple):
-    """One request of an extend batch: its pool index and the positions it extends."""
-
-    pool_index: int
-    prefix_len: int
-    extend_len: int
 
 
 @dataclass(frozen=True)
@@ -69,6 +59,7 @@ class ExtendBatch:
     extents: dict[str, tuple[int, int]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "requests", as_requests(self.requests))
         rows = [getattr(self, name) for name in ROW_TENSORS]
         well_formed = all(isinstance(t, torch.Tensor) and t.dim() == 1 and not t.is_floating_point() for t in rows)
         if not well_formed or len({(t.shape[0], t.device) for t in rows}) != 1:
@@ -117,7 +108,14 @@ class ExtendBatch:
         allocated: a ``ValueError`` leaves the allocator as it was. Requests that
         :func:`check_requests` returned for this allocator are not checked again. The batch's
         tensors are made on the host and copied to ``device``; nothing is read back (no sync).
+        Holds the allocator's lock from working the pages out to giving them (threads share no page).
         """
+        check_type("allocator", allocator, ReqToTokenPool, "a c2graph.ReqToTokenPool")
+        with allocator.lock:  # no other thread gives pages between pages_for and take
+            return cls._build(requests, allocator, request_slots, pad_to, device, pools)
+
+    @classmethod
+    def _build(cls, requests, allocator, request_slots, pad_to, device, pools) -> "ExtendBatch":
         reqs = check_requests(requests, allocator)
         slots = len(reqs) if request_slots is None else as_int("request_slots", request_slots, least=0)
         if len(reqs) > slots:
@@ -187,7 +185,7 @@ class ExtendBatch:
           every row outside the requests is padding (``raw_out_loc``, ``pos`` and ``req`` 0);
         - ``c2_slot`` is ``raw_out_loc // 2`` on group rows (odd ``pos``), 0 on every other row:
           what the fused kernel computes from ``raw_out_loc``, so both paths store at one slot;
-        - no two group rows store at one c2 slot.
+        - no two group rows store at one c2 slot (a right batch compared a slice at a time: :func:`rows_agree`).
         """
         starts, counts = check_extend_offsets(self.extend_offsets, self.num_rows)
         pos, req, raw, c2 = (getattr(self, name).tolist() for name in ROW_TENSORS)  # copies, no kernel
@@ -196,6 +194,8 @@ class ExtendBatch:
             check_batch_fits(self, pools, extents=now)
         elif pos and min(pos) < 0:
             raise ValueError(f"batch.pos holds position {min(pos)}; expected values >= 0")
+        if rows_agree(self.requests, starts, counts, pos, req, raw, c2):
+            return  # a right batch: the rules below, row by row, would find nothing
         if len(self.requests) > len(starts):
             raise ValueError(f"batch.requests has {len(self.requests)} requests but batch.extend_offsets "
                              f"{len(starts)} request slots; expected at most one request per slot")
@@ -293,6 +293,7 @@ def check_requests(requests, allocator: ReqToTokenPool) -> CheckedRequests:
     field if one is bad (fields as :func:`~c2graph.compressor.arguments.as_int` takes them)."""
     if isinstance(requests, CheckedRequests) and requests.allocator is allocator:
         return requests
+    check_type("allocator", allocator, ReqToTokenPool, "a c2graph.ReqToTokenPool")
     expected = "expected a list of (pool_index, prefix_len, extend_len) tuples"
     if isinstance(requests, (str, bytes)) or not isinstance(requests, Iterable):
         raise ValueError(f"requests = {requests!r}; {expected}")
@@ -360,6 +361,7 @@ def check_batch_fits(batch: ExtendBatch, pools: Pools, where: str = "", extents:
     c2 slots (both caches) and positions. The extents were counted on the host when the batch was
     made (:attr:`ExtendBatch.extents`), so this reads no tensor: it runs inside a capture too.
     ``extents``: extents counted again (:meth:`ExtendBatch.check` passes those of the tensors now)."""
+    check_type(f"{where}pools", pools, Pools, "a c2graph.Pools")
     for r in batch.requests:
         as_int(f"{where}batch request pool_index", r.pool_index, least=0, below=pools.pool_requests,
                below_is=f"pools.pool_requests ({pools.pool_requests})")

@@ -12,7 +12,7 @@ import torch
 from .arguments import _shape, check_no_overlap, check_tensor, check_type, same_device
 from .batch import ROW_TENSORS, ExtendBatch, check_batch_fits
 from .pools import Pools
-from .source_layer import SourceLayer
+from .source_layer import COMPRESSOR_WEIGHTS, SourceLayer, check_layer, layer_tensors
 
 
 def check_layer_pools(layer: SourceLayer, pools: Pools, where: str = "") -> None:
@@ -26,8 +26,9 @@ def check_layer_pools(layer: SourceLayer, pools: Pools, where: str = "") -> None
 def check_pools(pools: Pools) -> None:
     """The pools' tensors are still what the pools say: ``kv_cache`` ``[kv_slots, D]`` bf16,
     ``index_k`` ``[kv_slots, index_dim]`` bf16, ``ring`` ``[pool_requests * ring_size + 1, 2D]``
-    fp32, on one device, dense (a tensor rebound to another dtype, size or device is refused
-    before anything is written). Reads no tensor value."""
+    fp32, on one device, dense, outside autograd, sharing no memory (a tensor rebound to another
+    dtype, size or device, or a view of another, is refused before anything is written). Reads no
+    tensor value."""
     check_type("pools", pools, Pools, "a c2graph.Pools")
     cfg, dev = pools.cfg, pools.kv_cache.device if isinstance(pools.kv_cache, torch.Tensor) else None
     expected = {
@@ -37,9 +38,7 @@ def check_pools(pools: Pools) -> None:
     }
     for name, (shape, dtype) in expected.items():
         t = getattr(pools, name)
-        check_tensor(f"pools.{name}", t, shape, dtype, dev)
-        if not t.is_contiguous():
-            raise ValueError(f"pools.{name} is not contiguous (strides {t.stride()}); expected a dense tensor")
+        check_tensor(f"pools.{name}", t, shape, dtype, dev, written=True)
     check_no_overlap({f"pools.{name}": t for name, t in pools.tensors().items()})
 
 
@@ -51,6 +50,7 @@ def check_layer_batch_pools(layer: SourceLayer, batch: ExtendBatch, pools: Pools
     check_type("batch", batch, ExtendBatch, "a c2graph.ExtendBatch (ExtendBatch.build makes one)")
     check_pools(pools)
     check_layer_pools(layer, pools)
+    check_layer(layer, COMPRESSOR_WEIGHTS)
     dev = pools.device
     offsets = batch.extend_offsets
     if not isinstance(offsets, torch.Tensor) or offsets.dim() != 2 or offsets.shape[0] != 2:
@@ -74,13 +74,27 @@ def check_projected(layer: SourceLayer, projected, T: int, device: torch.device)
         check_tensor("kv", kv, (T, D), torch.float32, device)
         check_tensor("score", score, (T, D), torch.float32, device)
         return kv, score
-    check_tensor("projected", projected, (T, 2 * D), torch.float32, device)
+    check_tensor("projected", projected, (T, 2 * D), torch.float32, device, dense=True)
     return projected[:, :D], projected[:, D:]
 
 
-def check_outputs(pools: Pools, latent_out: torch.Tensor | None, read: dict[str, torch.Tensor]) -> None:
+def check_latent_out(latent_out, T: int, D: int, device: torch.device) -> None:
+    """``latent_out`` (unless ``None``): ``[T, D]`` bf16 on the pools' device, dense, outside
+    autograd (:func:`~c2graph.compressor.arguments.check_tensor` with ``written``)."""
+    if latent_out is not None:
+        check_tensor("latent_out", latent_out, (T, D), torch.bfloat16, device, written=True)
+
+
+def check_outputs(layer: SourceLayer, pools: Pools, latent_out: torch.Tensor | None,
+                  read: dict[str, torch.Tensor]) -> None:
     """No tensor a path writes (the caches, the ring, ``latent_out`` unless ``None``) shares memory
-    with another, nor with one it reads (``read``: the projection, the batch's tensors)."""
+    with another, nor with one it reads (``read``: the projection; the batch's tensors and every
+    weight of the layer are added here: a latent buffer over a weight would change the layer)."""
     written = {"latent_out": latent_out} if latent_out is not None else {}
     written.update({f"pools.{name}": t for name, t in pools.tensors().items()})
+    read = dict(read)
+    batch_tensors = read.pop("batch", None)
+    if batch_tensors is not None:
+        read.update({f"batch.{n}": getattr(batch_tensors, n) for n in (*ROW_TENSORS, "extend_offsets")})
+    read.update({f"layer.{n}": t for n, t in layer_tensors(layer).items()})  # none is written over
     check_no_overlap(written, read)

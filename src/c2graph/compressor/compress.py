@@ -13,6 +13,7 @@ import torch
 
 from .arguments import check_type
 from .batch import ExtendBatch
+from .checks import check_latent_out, check_layer_batch_pools
 from .fused import compress_fused
 from .pools import Pools
 from .source_layer import SourceLayer, check_hidden, project, project_fused, split_projected
@@ -68,8 +69,10 @@ def compress(
     check_type("layer", layer, SourceLayer, "a c2graph.SourceLayer")
     check_type("batch", batch, ExtendBatch, "a c2graph.ExtendBatch (ExtendBatch.build makes one)")
     check_type("pools", pools, Pools, "a c2graph.Pools")
+    check_layer_batch_pools(layer, batch, pools)  # before the projection: what the paths check again
+    check_latent_out(latent_out, batch.num_rows, layer.cfg.D, pools.device)
     path = layer_path(layer) if path is None else path
-    if path not in PATHS:
+    if not isinstance(path, str) or path not in PATHS:
         raise ValueError(f"path = {path!r}; expected 'torch', 'fused' or None (the layer's own)")
     if path == "fused":
         if not layer.use_fused_gate:

@@ -17,8 +17,9 @@ Entry points:
 
 - :func:`compress_fused` takes a layer, the projected buffer, an :class:`ExtendBatch` and the
   :class:`Pools`, and launches once;
-- :func:`compress_fused_op` is the launch on plain tensors, registered as the torch custom op
-  ``c2graph::compress_fused`` so that dispatch-level tools (the op counter, the CPU emulation of
+- :func:`compress_fused_op` is the launch on plain tensors, the torch custom op
+  ``c2graph::compress_fused`` (:func:`compress_fused_custom_op`, after a look at its arguments'
+  types, which the op's schema would refuse in torch's words) so that dispatch-level tools (the op counter, the CPU emulation of
   CUDA graphs) see the launch as one op and can run it again. It checks every tensor it is given
   (shapes, dtypes, devices, layouts: no values, so it runs inside a capture) before it launches.
 """
@@ -32,8 +33,8 @@ import triton
 
 from .._runtime import INTERPRET
 from .arguments import FLOAT32_MAX, FLOAT32_TINY, as_float32_real, as_int, check_no_overlap, check_tensor
-from .batch import MAX_ROWS, ROW_TENSORS, ExtendBatch
-from .checks import check_layer_batch_pools, check_outputs
+from .batch import MAX_ROWS, ExtendBatch
+from .checks import check_latent_out, check_layer_batch_pools, check_outputs
 from .config import MAX_RING_SIZE
 from .extend_offsets import check_extend_offsets
 from .fused_kernel import compress_fused_kernel
@@ -168,9 +169,17 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
     """Every argument of :func:`compress_fused_op`, against the batch (``pos``: ``T`` rows), the
     layer (``norm_w``: ``D``; ``wk``: ``index_dim``) and the pools (``kv_cache``: the device).
 
-    Reads no tensor values (no host sync), so it can run inside a graph capture. Raises
-    ``ValueError`` naming the argument, its value and what was expected.
+    Every tensor dense and outside autograd, those written no inference tensor outside inference
+    mode, and none written sharing memory with another tensor of the call. Reads no tensor values
+    (no host sync), so it can run inside a graph capture. Raises ``ValueError`` naming the
+    argument, its value and what was expected.
     """
+    tensors = dict(projected=projected, ring=ring, pos=pos, req=req, raw_out_loc=raw_out_loc,
+                   extend_offsets=extend_offsets, norm_w=norm_w, wk=wk, k_norm_w=k_norm_w, inv_freq=inv_freq,
+                   kv_cache=kv_cache, index_k=index_k, latent_out=latent_out)
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} is a {type(t).__name__}; expected a tensor")
     if projected.device.type != "cuda" and not INTERPRET:
         raise ValueError(
             f"projected is on {projected.device}, but Triton runs compiled on this machine: the fused "
@@ -184,9 +193,11 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
     if isinstance(eps, bool) or not isinstance(eps, float) or not FLOAT32_TINY <= eps <= FLOAT32_MAX:
         as_float32_real("eps", eps)  # the words of Config.eps's refusal
     dev = kv_cache.device
-    for name, t in (("norm_w", norm_w), ("wk", wk), ("inv_freq", inv_freq), ("pos", pos)):
-        if not isinstance(t, torch.Tensor) or t.dim() != (2 if name == "wk" else 1):
-            raise ValueError(f"{name} must be a {'2' if name == 'wk' else '1'}-d tensor")
+    for name, t in (("norm_w", norm_w), ("wk", wk), ("inv_freq", inv_freq), ("pos", pos), ("ring", ring),
+                    ("kv_cache", kv_cache), ("extend_offsets", extend_offsets)):
+        dims = 1 if name in ("norm_w", "inv_freq", "pos") else 2
+        if t.dim() != dims:
+            raise ValueError(f"{name} has shape {tuple(t.shape)}; expected a {dims}-d tensor")
     T, D, index_dim, rope_dim = pos.shape[0], norm_w.shape[0], wk.shape[0], 2 * inv_freq.shape[0]
     check_kernel_sizes(D, index_dim, rope_dim)
     expected = {
@@ -204,13 +215,11 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
         "index_k": (index_k, (kv_cache.shape[0], index_dim), torch.bfloat16),
         "latent_out": (latent_out, (T, D), torch.bfloat16),
     }
+    written = ("latent_out", "ring", "kv_cache", "index_k")
     for name, (t, shape, dtype) in expected.items():
-        check_tensor(name, t, shape, dtype, dev)
-        if not t.is_contiguous():
-            raise ValueError(f"{name} is not contiguous (strides {t.stride()}); expected a dense row-major tensor")
+        check_tensor(name, t, shape, dtype, dev, written=name in written, dense=True)
     if ring.shape[0] % ring_size != 1:
         raise ValueError(f"ring has {ring.shape[0]} rows; expected pool_requests * ring_size ({ring_size}) + 1")
-    written = ("latent_out", "ring", "kv_cache", "index_k")
     check_no_overlap({name: expected[name][0] for name in written},
                      {name: t for name, (t, _, _) in expected.items() if name not in written})
 
@@ -256,8 +265,28 @@ def launch_fused(*tensors_and_sizes, blocks: KernelBlocks | None = None) -> None
         compress_fused_kernel[(num_blocks,)](*args, **constants)
 
 
+LAUNCH_TENSORS = ("projected", "ring", "pos", "req", "raw_out_loc", "extend_offsets", "norm_w", "wk", "k_norm_w",
+                  "inv_freq", "kv_cache", "index_k", "latent_out")
+"""The tensor arguments of :func:`compress_fused_op`, in order (then ``eps``, ``ring_size``, ``grid_rows``)."""
+
+
+def compress_fused_op(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
+                      kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
+    """The custom op ``c2graph::compress_fused`` (:func:`compress_fused_custom_op`: the arguments),
+    with the types its schema takes checked first, in the package's words: every tensor argument a
+    tensor, ``eps`` a number, ``ring_size`` and ``grid_rows`` ints (the op then checks the rest:
+    :func:`check_launch`)."""
+    tensors = (projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq, kv_cache,
+               index_k, latent_out)
+    for name, t in zip(LAUNCH_TENSORS, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} is a {type(t).__name__}; expected a tensor")
+    compress_fused_custom_op(*tensors, as_float32_real("eps", eps), as_int("ring_size", ring_size),
+                             as_int("grid_rows", grid_rows))
+
+
 @torch.library.custom_op("c2graph::compress_fused", mutates_args=("ring", "kv_cache", "index_k", "latent_out"))
-def compress_fused_op(
+def compress_fused_custom_op(
     projected: torch.Tensor,
     ring: torch.Tensor,
     pos: torch.Tensor,
@@ -301,7 +330,7 @@ def compress_fused_op(
                  kv_cache, index_k, latent_out, eps, ring_size, grid_rows)
 
 
-@compress_fused_op.register_fake
+@compress_fused_custom_op.register_fake
 def _compress_fused_fake(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w,
                          inv_freq, kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
     return None
@@ -348,12 +377,14 @@ def compress_fused(
     for name, t, want in (("projected", projected, "[T, 2D] fp32"), ("latent_out", latent_out, "[T, D] bf16")):
         if (t is not None or name == "projected") and not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} is a {type(t).__name__}; expected one {want} tensor")
-    check_outputs(pools, latent_out, {"projected": projected, **{f"batch.{n}": getattr(batch, n) for n in ROW_TENSORS}})
+    check_tensor("projected", projected, (batch.num_rows, 2 * cfg.D), torch.float32, pools.device, dense=True)
+    check_latent_out(latent_out, batch.num_rows, cfg.D, pools.device)
+    check_outputs(layer, pools, latent_out, {"projected": projected, "batch": batch})
     if validate:
         batch.check(pools)
     if latent_out is None:
         latent_out = torch.full((batch.num_rows, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
-    compress_fused_op(
+    compress_fused_custom_op(  # arguments of the schema's types: no need of compress_fused_op's look at them
         projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
         layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq,
         pools.kv_cache, pools.index_k, latent_out,

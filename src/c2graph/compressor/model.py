@@ -16,13 +16,14 @@ layer runs without the fused gate, so one graph holds both paths.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from .arguments import as_int
-from .checks import check_layer_pools
+from .._runtime import DEFAULT_DEVICE
+from .arguments import as_device, as_int, check_no_overlap, check_type
+from .checks import check_layer_pools, check_pools
 from .config import Config
-from .pools import Pools
-from .source_layer import SourceLayer
+from .pools import Pools, check_pools_fit
+from .source_layer import SourceLayer, check_layer, layer_tensors
 
 SERVED_C2_LAYERS = 18
 """Ratio-2 layers of DeepSeek-V4.1's layout (ratios ``[0] * 2 + [2] * 18 + [1] * 20``)."""
@@ -62,7 +63,17 @@ def served_layers(
 
 
 def layer_pools(layers: Sequence[SourceLayer], pool_requests: int, kv_slots: int, device=None) -> list[Pools]:
-    """One :class:`Pools` per layer (each layer writes its own caches and ring), all of one size."""
+    """One :class:`Pools` per layer (each layer writes its own caches and ring), all of one size.
+    Every argument is checked, and the memory of all of them against the device, before the first
+    is allocated."""
+    if isinstance(layers, SourceLayer) or not isinstance(layers, Sequence) or not layers:
+        raise ValueError(f"layers is a {type(layers).__name__}; expected a non-empty list of SourceLayers")
+    for i, layer in enumerate(layers):
+        check_type(f"layers[{i}]", layer, SourceLayer, "a c2graph.SourceLayer")
+    pool_requests = as_int("pool_requests", pool_requests, least=1)
+    kv_slots = as_int("kv_slots", kv_slots, least=2)
+    device = as_device("device", device, DEFAULT_DEVICE)
+    check_pools_fit([(layer.cfg, pool_requests, kv_slots) for layer in layers], device)
     return [Pools(layer.cfg, pool_requests, kv_slots, device=device) for layer in layers]
 
 
@@ -78,32 +89,45 @@ def model_preset(name: str, *, seed: int = 0, device=None) -> list[SourceLayer]:
 
 def check_layers_and_pools(layers, pools) -> tuple[tuple[SourceLayer, ...], tuple[Pools, ...]]:
     """One layer and one ``Pools``, or two lists of the same length: one Config and device for all,
-    each layer's pools made for it, and no ``Pools`` (nor any of its tensors) given to two layers."""
+    each layer's pools made for it and as it says (:func:`~c2graph.compressor.checks.check_pools`),
+    each layer's weights as its Config says, and no memory written by two layers (a ``Pools``, or
+    one of its tensors or a view of it, given to two layers) nor over a weight."""
     if isinstance(layers, SourceLayer) != isinstance(pools, Pools):
         raise ValueError(
             f"layers is a {type(layers).__name__} and pools a {type(pools).__name__}; expected one "
             "SourceLayer and one Pools, or a list of each"
         )
+    for name, value in (("layers", layers), ("pools", pools)):
+        if not isinstance(value, (SourceLayer, Pools, Iterable)) or isinstance(value, (str, bytes)):
+            raise ValueError(f"{name} is a {type(value).__name__}; expected one, or a list")
     layers = (layers,) if isinstance(layers, SourceLayer) else tuple(layers)
     pools = (pools,) if isinstance(pools, Pools) else tuple(pools)
     if not layers or len(layers) != len(pools):
         raise ValueError(f"{len(layers)} layers and {len(pools)} pools; expected one Pools per layer, at least one")
-    owner: dict[int, int] = {}  # id of a pools tensor -> the first layer that writes it
     for i, (layer, p) in enumerate(zip(layers, pools)):
+        where = f"pools[{i}]: " if len(layers) > 1 else ""
         if not isinstance(layer, SourceLayer) or not isinstance(p, Pools):
             raise ValueError(f"layers[{i}] / pools[{i}] are {type(layer).__name__} / {type(p).__name__}; "
                              "expected a SourceLayer and a Pools")
         if layer.cfg != layers[0].cfg:
             raise ValueError(f"layers[{i}].cfg differs from layers[0].cfg; expected one Config for every "
                              "layer (they share the row metadata)")
+        check_pools(p)
         if p.device != pools[0].device:
             raise ValueError(f"pools[{i}] is on {p.device}; expected {pools[0].device}, as pools[0]")
-        check_layer_pools(layer, p, where=f"pools[{i}]: " if len(layers) > 1 else "")
+        check_layer_pools(layer, p, where=where)
+        check_layer(layer)
+    owner: dict[int, str] = {}  # id of a pools tensor -> the first pools that holds it
+    for i, p in enumerate(pools):
         for name, t in p.tensors().items():
-            first = owner.setdefault(id(t), i)
-            if first != i:
-                raise ValueError(f"pools[{i}].{name} is pools[{first}].{name}; expected one Pools per layer, "
-                                 "each its own (every layer writes its own caches and ring)")
+            first = owner.setdefault(id(t), f"pools[{i}].{name}")
+            if first != f"pools[{i}].{name}":
+                raise ValueError(f"pools[{i}].{name} is {first}; expected one Pools per layer, each its own "
+                                 "(every layer writes its own caches and ring)")
+    # nor views of one memory (by address), nor memory over a weight any layer reads
+    written = {f"pools[{i}].{name}": t for i, p in enumerate(pools) for name, t in p.tensors().items()}
+    read = {f"layers[{i}].{name}": t for i, layer in enumerate(layers) for name, t in layer_tensors(layer).items()}
+    check_no_overlap(written, read)
     return layers, pools
 
 

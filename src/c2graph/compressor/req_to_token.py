@@ -7,24 +7,28 @@ Page 0 is reserved: ``raw_out_loc == 0`` never belongs to a real token, so it ma
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import torch
 
-from .arguments import as_int
+from .arguments import as_int, check_fits_memory
 from .config import Config
 
 
 class Pages(NamedTuple):
     """What :meth:`ReqToTokenPool.pages_for` worked out: each request's ``raw_out_loc`` (``[extend_len]``
     int64, on the host), the table and free list after giving the pages, the smallest and largest
-    location (``(0, -1)`` for no token), and the largest at an odd position (-1 for none)."""
+    location (``(0, -1)`` for no token), the largest at an odd position (-1 for none), and the
+    allocator's state they were worked out from (:meth:`ReqToTokenPool.take` refuses them once it
+    changed)."""
 
     locations: list[torch.Tensor]
     table: torch.Tensor
     free: list[int]
     extent: tuple[int, int]
     odd_max: int
+    state: object = None
 
 
 class ReqToTokenPool:
@@ -33,18 +37,55 @@ class ReqToTokenPool:
     ``pool_requests`` requests of up to ``max_seq_len`` tokens each. Pages are shuffled
     (seeded) so that consecutive pages of a request are not neighbours in memory, as in a
     serving engine after a while. ``kv_slots`` is the number of c2 slots the pool covers.
+
+    Sizes the host cannot hold are refused before anything is allocated. Giving pages
+    (:meth:`take`, through :meth:`assign` or :meth:`ExtendBatch.build
+    <c2graph.compressor.batch.ExtendBatch.build>`) and taking them back (:meth:`free`) are atomic
+    and safe under threads: each works out the new table and free list first and commits them with
+    plain assignments, holding :attr:`lock`, so an exception or a ``KeyboardInterrupt`` leaves the
+    allocator as it was, and two threads never get one page. Its tensors are normal ones, even when
+    it is made under ``torch.inference_mode()``.
+
+    The caller's contract: :meth:`free` forgets a request; the pool index may then serve a new
+    request, which must start at position 0 (or at an even one). The package keeps no identity of a
+    request beyond its pool index, so it cannot tell a new request that starts at an odd position
+    from a continuation of the freed one: such a request would pair its first row with the freed
+    request's row parked in the ring.
     """
 
     def __init__(self, cfg: Config, pool_requests: int, max_seq_len: int, seed: int = 0):
-        self.cfg = cfg
-        self.pool_requests = as_int("pool_requests", pool_requests, least=1)
-        self.pages_per_request = -(-as_int("max_seq_len", max_seq_len, least=1) // cfg.page_size)
-        self.max_seq_len = self.pages_per_request * cfg.page_size
-        self.num_pages = 1 + self.pool_requests * self.pages_per_request  # page 0 is reserved
-        g = torch.Generator().manual_seed(as_int("seed", seed))
-        self._free = (1 + torch.randperm(self.num_pages - 1, generator=g)).tolist()
-        # page_table[req, k] is the page of the request's k-th page of tokens; 0 = none yet
-        self.page_table = torch.zeros(self.pool_requests, self.pages_per_request, dtype=torch.int64)
+        if not isinstance(cfg, Config):
+            raise ValueError(f"cfg is a {type(cfg).__name__}; expected a c2graph.Config")
+        pool_requests = as_int("pool_requests", pool_requests, least=1)
+        pages_per_request = -(-as_int("max_seq_len", max_seq_len, least=1) // cfg.page_size)
+        seed = as_int("seed", seed, least=-(2**63), below=2**64, below_is="2**64 (what torch.manual_seed takes)")
+        num_pages = 1 + pool_requests * pages_per_request  # page 0 is reserved
+        # the table (int64), the shuffle (int64) and the free list (a Python int each, about 36 bytes)
+        check_fits_memory(f"pool_requests = {pool_requests} with max_seq_len = {max_seq_len}",
+                          8 * (num_pages - 1) + 8 * num_pages + 36 * num_pages, torch.device("cpu"),
+                          "the page table and the free list")
+        self.cfg, self.pool_requests = cfg, pool_requests
+        self.pages_per_request = pages_per_request
+        self.max_seq_len = pages_per_request * cfg.page_size
+        self.num_pages = num_pages
+        self.lock = threading.RLock()
+        """Held while pages are worked out and given (:meth:`ExtendBatch.build` holds it from
+        :meth:`pages_for` to :meth:`take`) or taken back: one change at a time."""
+        with torch.inference_mode(False):  # normal tensors, whatever the caller's mode
+            g = torch.Generator().manual_seed(seed)
+            self._free = (1 + torch.randperm(num_pages - 1, generator=g)).tolist()
+            # page_table[req, k] is the page of the request's k-th page of tokens; 0 = none yet
+            self.page_table = torch.zeros(pool_requests, pages_per_request, dtype=torch.int64)
+        self._state = object()  # a new one at every change: Pages worked out before it are stale
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        del state["lock"]  # a lock is not copied: the copy gets its own
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.lock = threading.RLock()
 
     @property
     def kv_slots(self) -> int:
@@ -78,17 +119,23 @@ class ReqToTokenPool:
         ``ValueError`` and no request keeps a page. ``commit=False`` gives no page at all: the
         locations the requests would get (the batch checks them against the pools that way).
         """
-        requests = [self.check_request(*r, where=f"request {i}: ") for i, r in enumerate(requests)]
-        pages = self.pages_for(requests)
-        if commit:
-            self.take(pages)
+        with self.lock:
+            requests = [self.check_request(*_fields(r, i), where=f"request {i}: ") for i, r in enumerate(requests)]
+            pages = self.pages_for(requests)
+            if commit:
+                self.take(pages)
         return pages.locations
 
     def pages_for(self, requests) -> "Pages":
         """The pages ``requests`` (checked ones: :meth:`check_request`) would get, worked out on a copy
-        of the table: :class:`Pages`, nothing given yet (:meth:`take` gives them). ``ValueError`` when
-        the pool runs out part-way. Reads only this host-side table."""
-        table, free = self.page_table.clone(), list(self._free)
+        of the table: :class:`Pages`, nothing given yet (:meth:`take` gives them, unless the
+        allocator changed in between). ``ValueError`` when the pool runs out part-way. Reads only
+        this host-side table."""
+        with self.lock, torch.inference_mode(False):
+            return self._pages_for(requests)
+
+    def _pages_for(self, requests) -> "Pages":
+        table, free, state = self.page_table.clone(), list(self._free), self._state
         locations = []
         for pool_index, prefix_len, extend_len in requests:
             pos = torch.arange(prefix_len, prefix_len + extend_len, dtype=torch.int64)
@@ -106,12 +153,22 @@ class ReqToTokenPool:
         extent = (int(every.min()), int(every.max())) if every.numel() else (0, -1)
         odd = torch.cat([loc[(prefix_len + 1) % 2::2] for loc, (_, prefix_len, _) in zip(locations, requests)]
                         ) if locations else every
-        return Pages(locations, table, free, extent, int(odd.max()) if odd.numel() else -1)
+        return Pages(locations, table, free, extent, int(odd.max()) if odd.numel() else -1, state)
 
     def take(self, pages: "Pages") -> None:
-        """Give the pages :meth:`pages_for` worked out (the table must not have changed since)."""
-        self.page_table.copy_(pages.table)
-        self._free[:] = pages.free
+        """Give the pages :meth:`pages_for` worked out: ``ValueError``, and nothing given, when the
+        allocator changed since (another thread's batch, a :meth:`free`), since they may be given
+        already. Atomic: the new table and free list are committed by plain assignment."""
+        if not isinstance(pages, Pages):
+            raise ValueError(f"pages is a {type(pages).__name__}; expected the Pages that pages_for worked out")
+        with self.lock:
+            if pages.state is not self._state:
+                raise ValueError("pages were worked out before this allocator last changed (pages given or freed "
+                                 "since, or by another allocator); expected pages from pages_for since: work them "
+                                 "out again")
+            table, free, state = pages.table, list(pages.free), object()
+            # the commit: plain assignments on one line, no call among them (an interrupt lands before or after)
+            self.page_table, self._free, self._state = table, free, state
 
     def locations(self, pool_index: int, prefix_len: int, extend_len: int) -> torch.Tensor:
         """``raw_out_loc`` of positions ``prefix_len ...`` of one request: ``[extend_len]`` int64.
@@ -123,9 +180,25 @@ class ReqToTokenPool:
         return self.assign([(pool_index, prefix_len, extend_len)])[0]
 
     def free(self, pool_index: int) -> None:
-        """Give a finished request's pages back (the pool slot can then be recycled)."""
+        """Give a finished request's pages back (the pool slot can then be recycled: a new request
+        there starts at position 0, see the class's contract). Atomic, as :meth:`take`."""
         pool_index = as_int("pool_index", pool_index, least=0, below=self.pool_requests,
                             below_is=f"pool_requests ({self.pool_requests})")
-        row = self.page_table[pool_index]
-        self._free.extend(p for p in row.tolist() if p)
-        row.zero_()
+        with self.lock, torch.inference_mode(False):
+            table = self.page_table.clone()
+            row = table[pool_index]
+            free = self._free + [p for p in row.tolist() if p]
+            row.zero_()
+            state = object()
+            self.page_table, self._free, self._state = table, free, state  # the commit, as in take
+
+
+def _fields(request, i: int) -> tuple:
+    """A request's fields, or ``ValueError`` naming it unless it has three."""
+    try:
+        fields = tuple(request)
+    except TypeError:
+        fields = ()
+    if len(fields) != 3:
+        raise ValueError(f"request {i} = {request!r}; expected three fields (pool_index, prefix_len, extend_len)")
+    return fields

@@ -9,12 +9,28 @@ from __future__ import annotations
 
 import torch
 
+from .arguments import as_device, as_int, check_fits_memory
+
 
 def new_ring(pool_requests: int, ring_size: int, D: int, device=None) -> torch.Tensor:
-    """A ring with every row set to the sentinel ``| 0 | -inf |``: ``[pool_requests * ring_size + 1, 2D]`` fp32."""
-    ring = torch.zeros(pool_requests * ring_size + 1, 2 * D, dtype=torch.float32, device=device)
-    ring[:, D:] = float("-inf")
+    """A ring with every row set to the sentinel ``| 0 | -inf |``: ``[pool_requests * ring_size + 1, 2D]`` fp32.
+
+    Sizes are checked (ints, and a ring the device can hold) before anything is allocated."""
+    pool_requests = as_int("pool_requests", pool_requests, least=1)
+    ring_size = as_int("ring_size", ring_size, least=1)
+    D = as_int("D", D, least=1)
+    device = as_device("device", device, torch.get_default_device())
+    check_fits_memory(f"pool_requests = {pool_requests} with ring_size = {ring_size} and D = {D}",
+                      ring_bytes(pool_requests, ring_size, D), device, "the ring")
+    with torch.inference_mode(False):  # a normal tensor, whatever the caller's mode
+        ring = torch.zeros(pool_requests * ring_size + 1, 2 * D, dtype=torch.float32, device=device)
+        ring[:, D:] = float("-inf")
     return ring
+
+
+def ring_bytes(pool_requests: int, ring_size: int, D: int) -> int:
+    """Bytes of the ring of ``pool_requests`` requests of ``ring_size`` rows: fp32 rows of ``2D``."""
+    return (pool_requests * ring_size + 1) * 2 * D * 4
 
 
 def sentinel_row(ring: torch.Tensor) -> int:

@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import torch
 
-from .batch import ROW_TENSORS, ExtendBatch
+from .batch import ExtendBatch
 from .pools import Pools
 from .ring import restore_sentinel, ring_row, sentinel_row
 from .source_layer import SourceLayer
-from .arguments import check_tensor
-from .checks import check_layer_batch_pools, check_outputs, check_projected
+from .checks import check_latent_out, check_layer_batch_pools, check_outputs, check_projected
 
 
 def previous_row_is_partner(batch: ExtendBatch) -> torch.Tensor:
@@ -170,8 +169,10 @@ def compress_torch(
     complete a group are written, every other row keeps its value (NaN in a new buffer).
     :func:`~c2graph.compressor.compress.compress` starts from the hidden states instead.
 
-    Everything is checked before the first write: the pools' tensors, the batch's, the outputs
-    sharing no memory with each other or with an input. With ``validate=True`` the batch is also
+    Everything is checked before the first write: the layer's tensors, the pools', the batch's,
+    ``kv``, ``score`` and ``latent_out`` (shape, dtype, device; outside autograd; ``latent_out``
+    dense), the outputs sharing no memory (by address: views count) with each other or with
+    anything the call reads, the layer's weights included. With ``validate=True`` the batch is also
     checked against itself and the pools on the host (:meth:`ExtendBatch.check`: a sync), as
     :func:`~c2graph.compressor.compress.compress` does by default. The default, ``False``, reads no
     tensor values, so the torch path runs inside a graph capture as it is (``torch.compile`` traces
@@ -181,10 +182,8 @@ def compress_torch(
     check_layer_batch_pools(layer, batch, pools)
     cfg, T = layer.cfg, batch.num_rows
     kv, score = check_projected(layer, (kv, score), T, pools.device)
-    if latent_out is not None:
-        check_tensor("latent_out", latent_out, (T, cfg.D), torch.bfloat16, pools.device)
-    read = {"kv": kv, "score": score, **{f"batch.{n}": getattr(batch, n) for n in ROW_TENSORS}}
-    check_outputs(pools, latent_out, read)
+    check_latent_out(latent_out, T, cfg.D, pools.device)
+    check_outputs(layer, pools, latent_out, {"kv": kv, "score": score, "batch": batch})
     if validate:
         batch.check(pools)
     if latent_out is None:
