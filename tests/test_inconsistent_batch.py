@@ -413,3 +413,22 @@ def test_the_extents_counted_from_the_requests_are_the_tensors(requests, lengths
     alloc = c2.ReqToTokenPool(CFG, 6, 64, seed=5)
     batch = c2.ExtendBatch.build(requests, alloc, pad_to=sum(r[2] for r in requests) + padding, device=DEV)
     assert batch.extents == count_extents([getattr(batch, n) for n in ROW_TENSORS])
+
+
+@pytest.mark.parametrize("fused", PATHS)
+def test_a_batch_is_read_once_and_again_after_any_change(fused, monkeypatch):
+    """``check`` reads a batch's rows once; it reads them again after an in-place write to any of its
+    tensors, or against other pools, and refuses what is wrong then, before the first write."""
+    layer, alloc, pools, batch = case(fused)
+    reads = []
+    real = c2.ExtendBatch._check_rows
+    monkeypatch.setattr(c2.ExtendBatch, "_check_rows", lambda self, p: (reads.append(p), real(self, p)))
+    for _ in range(3):
+        run_path(fused, layer, batch, pools)
+    assert len(reads) == 1
+    _, _, other = make_case(fused)
+    run_path(fused, layer, batch, other)
+    assert len(reads) == 2
+    batch.pos[1] += 2  # row 1 of request (0, 1, 5): a position the request does not hold
+    assert_refused(lambda: run_path(fused, layer, batch, pools), r"row 1 holds req 0, pos 4; request slot 0", pools, alloc)
+    assert len(reads) == 3

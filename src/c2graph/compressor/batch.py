@@ -57,6 +57,7 @@ class ExtendBatch:
     extend_offsets: torch.Tensor
     kv_slots_needed: int
     extents: dict[str, tuple[int, int]] = field(init=False, repr=False, compare=False)
+    _checked: tuple | None = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", as_requests(self.requests))
@@ -186,7 +187,17 @@ class ExtendBatch:
         - ``c2_slot`` is ``raw_out_loc // 2`` on group rows (odd ``pos``), 0 on every other row:
           what the fused kernel computes from ``raw_out_loc``, so both paths store at one slot;
         - no two group rows store at one c2 slot (a right batch compared a slice at a time: :func:`rows_agree`).
+
+        A batch that passed is not read again while what it was checked on stays as it was: the
+        same pools, and each tensor at the same address with the same version counter (every torch
+        op that writes a tensor in place bumps it), so one check a batch serves every layer of a step.
         """
+        stamp = _check_stamp(self, pools)
+        if stamp is None or stamp != self._checked:
+            self._check_rows(pools)
+            object.__setattr__(self, "_checked", stamp)
+
+    def _check_rows(self, pools: Pools | None) -> None:
         starts, counts = check_extend_offsets(self.extend_offsets, self.num_rows)
         pos, req, raw, c2 = (getattr(self, name).tolist() for name in ROW_TENSORS)  # copies, no kernel
         if pools is not None:
@@ -331,6 +342,16 @@ def _built_extents(reqs, pages, num_rows: int) -> dict[str, tuple[int, int]]:
         "raw_out_loc": (0 if padded else pages.extent[0], max(pages.extent[1], 0)),
         "c2_slot": (0 if no_group else pages.extent[0] // 2, max(pages.odd_max, 0) // 2),
     }
+
+
+def _check_stamp(batch: ExtendBatch, pools: Pools | None) -> tuple | None:
+    """What :meth:`ExtendBatch.check` read, as it is now; ``None`` where an inference tensor keeps no version."""
+    tensors = [getattr(batch, name) for name in ROW_TENSORS] + [batch.extend_offsets]
+    held = [] if not isinstance(pools, Pools) else [getattr(pools, name, None) for name in ("kv_cache", "index_k", "ring")]
+    if not isinstance(pools, Pools | None) or any(not isinstance(t, torch.Tensor) or t.is_inference() for t in tensors + held):
+        return None
+    sizes = tuple((t.data_ptr(), t.shape) for t in held)
+    return (batch.requests, id(pools), sizes, *((t.data_ptr(), t._version, t.shape, t.dtype, t.device) for t in tensors))
 
 
 def count_extents(rows: Sequence[torch.Tensor]) -> dict[str, tuple[int, int]]:
