@@ -297,3 +297,35 @@ def test_the_hub_makes_student_copies_with_student_py_run_as_a_file_without_torc
     imported = {line.split("|")[-1].strip().split(".")[0] for line in done.stderr.splitlines() if "|" in line}
     assert "nbformat" in imported and not imported & {"torch", "triton", "c2graph"}
     assert done.stdout.startswith(f"student copies in {tmp_path / 'c2graph'}/: ")
+
+
+def test_the_instructor_sees_each_students_pre_work_from_their_saved_copies(tmp_path, monkeypatch):
+    """make hub-prework: for every student, what their ~/c2graph shows, without the student's help."""
+    spec = importlib.util.spec_from_file_location("prework", ROOT / "hub" / "prework.py")
+    prework = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prework)
+    copies = prework.student_module()
+    homes = {"student01": tmp_path / "one", "student02": tmp_path / "two"}
+    copies.add_missing_student_copies(ROOT / "notebooks", homes["student01"] / "c2graph")
+    (full,) = (ROOT / "notebooks").glob("01_*.ipynb")
+    done = homes["student01"] / "c2graph" / full.name
+    nb = copies.nbformat.read(full, as_version=4)  # the solutions, with their saved pass
+    copies.nbformat.write(nb, done)
+
+    def getpwnam(name):
+        if name not in homes:
+            raise KeyError(name)
+        return room.pwd.struct_passwd((name, "x", 1001, 1001, "", str(homes[name]), "/bin/bash"))
+
+    monkeypatch.setattr(prework.pwd, "getpwnam", getpwnam)
+    settings = room.load(_settings(tmp_path, count="3"))
+    lines = prework.report(settings)
+    checks = len(copies.progress(homes["student01"] / "c2graph")) - 1
+    passed = len(copies.find_exercises(nb))
+    assert lines[0] == f"student01: {passed} of {checks} checks pass"
+    assert lines[1:2 + passed] == ["    00_tour.ipynb: set-up: not run"] + [
+        f"    {full.name}: exercise {n}: pass" for n in range(1, passed + 1)]
+    assert lines[-2:] == [f"student02: never signed in (no {homes['student02'] / 'c2graph'})",
+                          "student03: no account yet (the hub makes it at its start)"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "@$(HUB_RUN) hub/prework.py\n" in makefile and "hub/prework.py --catch-up $(CATCH_UP) $(STUDENTS)" in makefile
