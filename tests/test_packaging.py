@@ -351,7 +351,7 @@ def test_the_readme_builds_the_image_and_keeps_the_student_copies_on_the_host():
     port = _jupyter_config()["ServerApp"]["port"]
     workdir = re.search(r"^WORKDIR (\S+)$", _containerfile(), re.M).group(1)
     student = re.search(r"^STUDENT \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
-    assert lines == ["podman build -t c2graph .",
+    assert lines == ["podman build -t c2graph .", "mkdir -p student",
                      f'podman run --rm -it --init -p {port}:{port} -v "$PWD/student:{workdir}/{student}" c2graph',
                      f"podman run --rm -it --init -p {port}:{port} c2graph make lab",
                      "podman run --rm --init c2graph make test"]
@@ -368,6 +368,25 @@ def test_make_lab_and_make_workshop_take_the_port_and_workshop_keeps_the_copies(
         last = planned.stdout.splitlines()[-1]
         assert last.startswith(f"/nonexistent/bin/jupyter lab {folder} --port 8890"), planned.stdout
     assert f"-m c2graph.workshop.student --keep notebooks student" in planned.stdout
+
+
+def test_the_readmes_commands_paste_as_they_stand_as_root_and_as_a_user():
+    """No placeholder that breaks a paste (an apostrophe, angle brackets), no bare `sudo` before make or
+    git (a bare Debian's root has none): `$S`, empty as root; the repository's URL is one REPO= line."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    commands = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    assert "<this repository's URL>" not in readme and "sudo make" not in readme.replace("'sudo make", "")
+    assert not [c for c in commands if c.startswith("sudo ") and "apt-get" not in c], commands  # WSL's user has sudo
+    clones = [c for c in commands if "git clone" in c]
+    assert clones and all('git clone "$REPO" ' in c for c in clones)
+    for block in blocks:
+        if "git clone" in block:
+            assert re.search(r"^REPO=\S+ +# replace with this repository's URL$", block, re.M), block
+        if "$S " in block and "S=$(" not in block.split("$S ")[0]:
+            raise AssertionError(f"$S used before it is set: {block}")
+    assert "$S make hub" in readme and 'S=$([ "$(id -u)" = 0 ] || echo sudo)' in readme
+    assert not re.search(r"\b\d+ tests\b", readme), "a test count make test does not hold"
 
 
 def test_scripts_keep_lf_endings_on_every_checkout():
