@@ -291,7 +291,8 @@ def main() -> int:
                 time.sleep(1)
             failures += takeover_attempts(hub, names, passwords, min_length)
             started = time.monotonic()
-            with ThreadPoolExecutor(len(names)) as pool:
+            pool = ThreadPoolExecutor(len(names))
+            try:
                 futures = [pool.submit(one_student, student, names[(i + 1) % len(names)], cells, args.notebook.name)
                            for i, student in enumerate(students)]
                 for name, future in zip(names, futures):
@@ -299,7 +300,9 @@ def main() -> int:
                         results.append(future.result())
                     except Exception as e:  # one student's failure is reported with the others
                         failures.append(f"{name}: {type(e).__name__}: {e}")
-            wall = time.monotonic() - started
+                wall = time.monotonic() - started
+            finally:  # on Ctrl-C or SIGTERM, clean up now: the students' threads end when the hub stops
+                pool.shutdown(wait=False, cancel_futures=True)
         finally:
             for student in students:  # each stops their own server, through the hub
                 try:

@@ -329,3 +329,11 @@ def test_the_instructor_sees_each_students_pre_work_from_their_saved_copies(tmp_
                           "student03: no account yet (the hub makes it at its start)"]
     makefile = (ROOT / "Makefile").read_text()
     assert "@$(HUB_RUN) hub/prework.py\n" in makefile and "hub/prework.py --catch-up $(CATCH_UP) $(STUDENTS)" in makefile
+
+
+def test_ci_runs_the_hub_test_with_eight_students_on_01_inside_fifteen_minutes():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert ci.splitlines()[-1] == "timeout 900 make hub-test HUB_STUDENTS=8 HUB_NOTEBOOK=01_the_ratio2_compressor.ipynb"
+    load_test = (ROOT / "hub" / "load_test.py").read_text()
+    assert "signal.signal(signal.SIGTERM, stop_on_sigterm)" in load_test  # timeout's SIGTERM still cleans up
+    assert "pool.shutdown(wait=False, cancel_futures=True)" in load_test
