@@ -337,3 +337,27 @@ def test_ci_runs_the_hub_test_with_eight_students_on_01_inside_fifteen_minutes()
     load_test = (ROOT / "hub" / "load_test.py").read_text()
     assert "signal.signal(signal.SIGTERM, stop_on_sigterm)" in load_test  # timeout's SIGTERM still cleans up
     assert "pool.shutdown(wait=False, cancel_futures=True)" in load_test
+
+
+def readme_row(summary: dict) -> str:
+    """The README's row of one stored `make hub-test` run (hub/results/)."""
+    ready = [s["server_start_s"] for s in summary["per_student"]]
+    peak = summary["peak_memory_gb"]
+    finished = f"{summary['finished']} of {summary['students']}"
+    notebook = summary["notebook_s"]
+    return (f"| {summary['students']} | {summary['notebook'][:2]} | {finished} | {summary['load_average_before'][0]:.1f} | "
+            f"{min(ready):.0f} to {max(ready):.0f} s | {notebook['min']:.0f} to {notebook['max']:.0f} s | "
+            f"{summary['wall_s']:.0f} s | {peak['min']:.2f} to {peak['max']:.2f} GB |")
+
+
+def test_the_readmes_hub_rows_are_the_stored_runs():
+    stored = sorted((ROOT / "hub" / "results").glob("*.json"))
+    assert stored, "no stored make hub-test run in hub/results"
+    readme = (ROOT / "README.md").read_text()
+    notebooks = set()
+    for path in stored:
+        summary = json.loads(path.read_text())
+        assert readme_row(summary) in readme, (path.name, readme_row(summary))
+        assert f"`hub/results/{path.name}`" in readme, path.name
+        notebooks.add(summary["notebook"][:2])
+    assert "04" in notebooks  # the notebook with two data-parallel ranks a student
