@@ -361,3 +361,36 @@ def test_the_readmes_hub_rows_are_the_stored_runs():
         assert f"`hub/results/{path.name}`" in readme, path.name
         notebooks.add(summary["notebook"][:2])
     assert "04" in notebooks  # the notebook with two data-parallel ranks a student
+
+
+def test_make_hub_accounts_prints_each_new_password_once_and_hub_clean_removes_only_what_the_hub_made(
+        tmp_path, monkeypatch, capsys):
+    spec = importlib.util.spec_from_file_location("accounts", ROOT / "hub" / "accounts.py")
+    accounts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(accounts)
+    state = tmp_path / "state"
+    monkeypatch.setenv("C2GRAPH_HUB_SETTINGS", str(_settings(tmp_path, count="2", state=f'"{state}"')))
+    monkeypatch.setattr(accounts.os, "geteuid", lambda: 0)
+    assert accounts.main(["issue"]) == 0
+    out = capsys.readouterr().out
+    made = dict(re.findall(r"name: +(\S+)\n +password: +(\S+)", out))
+    assert set(made) == {"student01", "student02", "instructor"}
+    sheet, = state.glob("sheet-*.txt")
+    assert sheet.read_text() in out and stat.S_IMODE(sheet.stat().st_mode) == 0o600
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    credentials = room.Credentials(state / room.PASSWORDS, 8)
+    assert all(credentials.check(name, password) for name, password in made.items())
+    assert accounts.main(["issue"]) == 0 and "has its password already" in capsys.readouterr().out  # none printed again
+    assert accounts.main(["reset", "student02"]) == 0
+    new = dict(re.findall(r"name: +(\S+)\n +password: +(\S+)", capsys.readouterr().out))
+    assert set(new) == {"student02"} and credentials.check("student02", new["student02"])
+    assert accounts.main(["reset", "mallory"]) == 1
+    assert "mallory: not an account of settings.toml" in capsys.readouterr().err
+    (state / room.MADE_ACCOUNTS).write_text("student01\nstudent02\n")
+    removed = []
+    monkeypatch.setattr(accounts.room, "remove_account", removed.append)
+    assert accounts.main(["clean"]) == 0
+    assert removed == ["student01", "student02"] and not state.exists()
+    monkeypatch.setattr(accounts.os, "geteuid", lambda: 1000)
+    assert accounts.main(["issue"]) == 1
+    assert capsys.readouterr().err == "c2graph hub: the room's accounts are root's: run it as root, or with sudo\n"
