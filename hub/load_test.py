@@ -34,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -122,19 +123,22 @@ class Student:
         raise RuntimeError(f"{self.name}: server not ready after 300 s")
 
 
-async def run_cells(student: Student, cells: list[str]) -> list[str]:
+async def run_cells(student: Student, cells: list[str]) -> tuple[list[str], tuple[int, float]]:
     """Run ``cells`` one by one in a new kernel of the student's server (cwd ~/c2graph); return the
-    errors (empty when every cell ran)."""
+    errors (empty when every cell ran) and the slowest cell (its index among ``cells``, seconds)."""
     base = f"/user/{student.name}/api/kernels"
     kernel = student.api("POST", base, json={"name": "python3", "path": "c2graph"})
     kernel.raise_for_status()
     kernel_id = kernel.json()["id"]
     url = f"{student.hub.replace('http', 'ws', 1)}{base}/{kernel_id}/channels"
-    socket_ = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {student.token}"}),
+    # a loaded machine answers slowly: tornado's 20 s default gave up on 4 of 20 students' kernels
+    socket_ = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {student.token}"},
+                                                  connect_timeout=CELL_TIMEOUT_S, request_timeout=CELL_TIMEOUT_S),
                                       max_message_size=256 * 2**20)
-    errors, session = [], uuid.uuid4().hex
+    errors, session, slowest = [], uuid.uuid4().hex, (0, 0.0)
     try:
         for index, code in enumerate(cells):
+            began = time.monotonic()
             msg_id = uuid.uuid4().hex
             header = {"msg_id": msg_id, "msg_type": "execute_request", "username": student.name,
                       "session": session, "date": "", "version": "5.3"}
@@ -150,6 +154,7 @@ async def run_cells(student: Student, cells: list[str]) -> list[str]:
                 if msg.get("parent_header", {}).get("msg_id") != msg_id:
                     continue
                 if msg["msg_type"] == "execute_reply":
+                    slowest = max(slowest, (index, round(time.monotonic() - began, 1)), key=lambda s: s[1])
                     if msg["content"]["status"] != "ok":
                         errors.append(f"cell {index}: {msg['content'].get('ename')}: {msg['content'].get('evalue')}")
                     break
@@ -158,7 +163,7 @@ async def run_cells(student: Student, cells: list[str]) -> list[str]:
     finally:
         socket_.close()
         student.api("DELETE", f"{base}/{kernel_id}")
-    return errors
+    return errors, slowest
 
 
 def isolation_code(own: str, other: str, notebook: str) -> str:
@@ -194,10 +199,11 @@ def one_student(student: "Student", other: str, cells: list[str], notebook: str)
     forbidden = student.api("GET", f"/user/{other}/api/contents/c2graph")
     problems = [] if forbidden.status_code in (403, 404, 302) else [
         f"{name} read {other}'s folder through {other}'s server (HTTP {forbidden.status_code})"]
-    errors = asyncio.run(run_cells(student, [isolation_code(name, other, notebook), *cells]))
+    errors, (cell, seconds) = asyncio.run(run_cells(student, [isolation_code(name, other, notebook), *cells]))
     done = time.monotonic()
     return {"name": name, "sign_in_s": round(signed_in - started, 1), "server_start_s": round(ready - signed_in, 1),
-            "notebook_s": round(done - ready, 1), "errors": errors + problems, "peak_memory_gb": peak_memory_gb(name)}
+            "notebook_s": round(done - ready, 1), "slowest_cell": {"code_cell": cell - 1, "s": seconds},
+            "errors": errors + problems, "peak_memory_gb": peak_memory_gb(name)}
 
 
 def takeover_attempts(hub: str, names: list[str], passwords: dict[str, str], min_length: int) -> list[str]:
@@ -239,6 +245,22 @@ def clean_up(names: list[str], hub_proc: subprocess.Popen | None, state: Path) -
     shutil.rmtree(state, ignore_errors=True)
 
 
+class MemorySampler(threading.Thread):
+    """The least memory this machine had available (/proc/meminfo's MemAvailable) while the test ran,
+    read every 2 s: what the room left to everything else."""
+
+    def __init__(self):
+        super().__init__(daemon=True)
+        self.least_gb, self.done = None, threading.Event()
+
+    def run(self):
+        while not self.done.wait(2):
+            for line in Path("/proc/meminfo").read_text().splitlines():
+                if line.startswith("MemAvailable:"):
+                    gb = int(line.split()[1]) / 2**20
+                    self.least_gb = gb if self.least_gb is None else min(self.least_gb, gb)
+
+
 def stop_on_sigterm(signum, frame):
     raise SystemExit(f"stopped by signal {signum}")
 
@@ -262,6 +284,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, stop_on_sigterm)
     hub_proc, results, failures, wall = None, [], [], None
     load_before = os.getloadavg()
+    memory = MemorySampler()
+    memory.start()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     log_copy = args.out.with_suffix(".log")
     try:
@@ -315,6 +339,7 @@ def main() -> int:
         if failures and (state / "hub.log").exists():
             shutil.copy(state / "hub.log", log_copy)
         clean_up(names + [ADMIN], hub_proc, state)
+        memory.done.set()
     failures += [f"{r['name']}: {e}" for r in results for e in r["errors"]]
     times = sorted(r["notebook_s"] for r in results)
     peaks = sorted(r["peak_memory_gb"] for r in results if r["peak_memory_gb"] is not None)
@@ -322,8 +347,9 @@ def main() -> int:
         "students": args.students, "notebook": args.notebook.name, "cores": os.cpu_count(),
         "memory_gb_machine": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "load_average_before": [round(x, 2) for x in load_before], "memory_gb_limit": args.memory_gb,
+        "machine_memory_available_least_gb": memory.least_gb and round(memory.least_gb, 1),
         "cpus_limit": args.cpus, "wall_s": round(wall, 1) if wall is not None else None,
-        "finished": len(results), "notebook_s": {"min": times[0], "median": statistics.median(times), "max": times[-1]} if times else None,
+        "finished": len(results), "passed": sum(not r["errors"] for r in results), "notebook_s": {"min": times[0], "median": statistics.median(times), "max": times[-1]} if times else None,
         "peak_memory_gb": {"min": round(peaks[0], 2), "max": round(peaks[-1], 2)} if peaks else None,
         "failures": failures, "per_student": results,
     }

@@ -343,7 +343,7 @@ def readme_row(summary: dict) -> str:
     """The README's row of one stored `make hub-test` run (hub/results/)."""
     ready = [s["server_start_s"] for s in summary["per_student"]]
     peak = summary["peak_memory_gb"]
-    finished = f"{summary['finished']} of {summary['students']}"
+    finished = f"{sum(not s['errors'] for s in summary['per_student'])} of {summary['students']}"
     notebook = summary["notebook_s"]
     return (f"| {summary['students']} | {summary['notebook'][:2]} | {finished} | {summary['load_average_before'][0]:.1f} | "
             f"{min(ready):.0f} to {max(ready):.0f} s | {notebook['min']:.0f} to {notebook['max']:.0f} s | "
