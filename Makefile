@@ -129,13 +129,13 @@ per student): run it as root, or as 'sudo make $(MAKECMDGOALS)'" >&2; exit 1; }
 .PHONY: hub hub-test hub-accounts hub-password hub-prework hub-catch-up hub-clean
 hub: hub-as-root $(HUB_STAMP)
 	@$(HUB_PROXY)
-	@$(HUB_RUN) hub/accounts.py issue
+	@$(HUB_RUN) hub/accounts.py hand-out
 	C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py
 
 ## make hub-accounts: the passwords of the accounts that have none yet, on a sheet to print (before
 ## the day; `make hub` does it too)
 hub-accounts: hub-as-root $(HUB_STAMP)
-	@$(HUB_RUN) hub/accounts.py issue
+	@$(HUB_RUN) hub/accounts.py hand-out
 
 ## make hub-password NAME=student07: a new password for one account (a lost slip), printed once;
 ## NAME=instructor SET=1 asks for one instead

@@ -1,7 +1,7 @@
 """The room's accounts, as the organiser (root) keeps them: `make hub-accounts`, `make hub-password`
 and `make hub-clean` run this with hub/settings.toml (or the file C2GRAPH_HUB_SETTINGS names).
 
-    python hub/accounts.py issue          # a password for every account without one; the new ones on a sheet
+    python hub/accounts.py hand-out       # a password for every account without one; the new ones on a sheet
     python hub/accounts.py reset NAME...  # a new password for these accounts (a lost slip), printed once
     python hub/accounts.py set NAME       # asks for the password of NAME (e.g. the instructor's own)
     python hub/accounts.py clean          # removes the Unix accounts the hub made, their cgroups, the state
@@ -45,7 +45,7 @@ def print_sheet(settings: room.Settings, made: dict[str, str]) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("issue", "reset", "set", "clean") or (argv[0] in ("reset", "set") and len(argv) < 2):
+    if not argv or argv[0] not in ("hand-out", "reset", "set", "clean") or (argv[0] in ("reset", "set") and len(argv) < 2):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     if os.geteuid() != 0:
@@ -63,15 +63,15 @@ def main(argv: list[str]) -> int:
     if command != "clean":
         settings.state.mkdir(parents=True, exist_ok=True)
         settings.state.chmod(0o700)
-    if command == "issue":
-        made = credentials.issue(settings.accounts)
+    if command == "hand-out":
+        made = credentials.hand_out(settings.accounts)
         if made:
             print_sheet(settings, made)
         else:
             print(f"c2graph hub: every one of the {len(settings.accounts)} accounts has its password already "
                   "(make hub-password NAME=... makes a new one)")
     elif command == "reset":
-        print_sheet(settings, credentials.issue(names, renew=True))
+        print_sheet(settings, credentials.hand_out(names, renew=True))
     elif command == "set":
         (name,) = names
         first = getpass.getpass(f"password for {name} (at least {settings.min_password_length} characters): ")

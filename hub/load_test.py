@@ -293,7 +293,7 @@ def main() -> int:
         port = free_port()
         settings.write_text(settings_text(port, state / "hub", args.students, args.memory_gb, args.cpus))
         min_length = room.load(settings).min_password_length
-        passwords = room.Credentials(state / "hub" / room.PASSWORDS, min_length).issue(names + [ADMIN])
+        passwords = room.Credentials(state / "hub" / room.PASSWORDS, min_length).hand_out(names + [ADMIN])
         env = {**os.environ, "C2GRAPH_HUB_SETTINGS": str(settings), "C2GRAPH_VENV": str(venv)}
         with open(state / "hub.log", "w") as log:
             hub_proc = subprocess.Popen([str(venv / "bin" / "jupyterhub"), "-f", str(HERE / "jupyterhub_config.py")],

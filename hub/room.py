@@ -113,7 +113,7 @@ class SignInRefused(ValueError):
 
 class Credentials:
     """``name -> salted scrypt hash`` of each account's password, in a JSON file only root reads
-    (mode 600). The organiser makes them (:meth:`issue`, :meth:`set`); signing in only checks them:
+    (mode 600). The organiser makes them (:meth:`hand_out`, :meth:`set`); signing in only checks them:
     nobody sets a password by signing in."""
 
     def __init__(self, path: Path, min_length: int):
@@ -147,7 +147,7 @@ class Credentials:
         stored[name] = f"{salt.hex()}:{self._hash(password, salt)}"
         self._write(stored)
 
-    def issue(self, names, renew: bool = False) -> dict[str, str]:
+    def hand_out(self, names, renew: bool = False) -> dict[str, str]:
         """A new random password for each of ``names`` that has none (every one with ``renew``), stored
         hashed; returns them (``name -> password``), the only time they are seen in clear."""
         have = self._read()

@@ -68,13 +68,13 @@ def test_passwords_are_made_by_the_organiser_stored_hashed_and_never_set_by_sign
     credentials = room.Credentials(path, min_length=8)
     assert not credentials.check("student01", "correct horse")  # no password yet: nothing gets in
     assert not path.exists()  # and signing in wrote none
-    made = credentials.issue(["student01", "student02", "instructor"])
+    made = credentials.hand_out(["student01", "student02", "instructor"])
     assert set(made) == {"student01", "student02", "instructor"} and len(set(made.values())) == 3
     assert all(len(pw) >= 12 and set(pw) <= set(room.ALPHABET + "-") for pw in made.values())
     assert credentials.check("student01", made["student01"]) and not credentials.check("student01", made["student02"])
-    assert credentials.issue(["student01", "student02", "student03"]) .keys() == {"student03"}  # the others kept
+    assert credentials.hand_out(["student01", "student02", "student03"]) .keys() == {"student03"}  # the others kept
     assert credentials.check("student01", made["student01"])
-    renewed = credentials.issue(["student01"], renew=True)["student01"]
+    renewed = credentials.hand_out(["student01"], renew=True)["student01"]
     assert not credentials.check("student01", made["student01"]) and credentials.check("student01", renewed)
     credentials.set("instructor", "the instructor's own")
     assert credentials.check("instructor", "the instructor's own")
@@ -95,7 +95,7 @@ def _sign_in_refusal(credentials, accounts, name, password) -> str:
 def test_a_refused_sign_in_says_why_and_what_to_do(tmp_path):
     credentials = room.Credentials(tmp_path / "passwords.json", min_length=8)
     accounts = ("student01", "student02", "instructor")
-    made = credentials.issue(accounts[:2])
+    made = credentials.hand_out(accounts[:2])
     assert credentials.sign_in(accounts, "student01", made["student01"]) == "student01"
     assert _sign_in_refusal(credentials, accounts, "studnet01", made["student01"]) == (
         "'studnet01' is not an account of this room: use the name on your slip (e.g. student07), or ask the instructor")
@@ -143,7 +143,7 @@ def test_nobody_signs_in_as_the_instructor_or_another_student_through_the_hubs_a
     # before the passwords are made, the first to come takes nothing
     for name in accounts:
         assert refused(name, "first come, first served") == f"{name} has no password yet: ask the instructor"
-    made = room.Credentials(tmp_path / "passwords.json", 8).issue(accounts)
+    made = room.Credentials(tmp_path / "passwords.json", 8).hand_out(accounts)
     for name in accounts:
         assert sign_in(name, made[name])["name"] == name
         for other in accounts:
@@ -225,7 +225,7 @@ def test_make_hub_and_hub_test_use_the_settings_and_the_load_test():
         assert re.search(rf"^{target}: hub-as-root \$\(HUB_STAMP\)$", makefile, re.M), target
     assert re.search(r"^hub-clean: hub-as-root$", makefile, re.M)
     hub = makefile.split("\nhub: ")[1].split("\n\n")[0]
-    assert hub.index("hub/accounts.py issue") < hub.index("$(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py")
+    assert hub.index("hub/accounts.py hand-out") < hub.index("$(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py")
     assert "hub/load_test.py --students $(HUB_STUDENTS)" in makefile
     assert re.search(r"^HUB_STUDENTS \?= (\d+)$", makefile, re.M).group(1) == "8"
     # the hub's environment comes from the same install as .venv, so it takes the same route without
@@ -371,7 +371,7 @@ def test_make_hub_accounts_prints_each_new_password_once_and_hub_clean_removes_o
     state = tmp_path / "state"
     monkeypatch.setenv("C2GRAPH_HUB_SETTINGS", str(_settings(tmp_path, count="2", state=f'"{state}"')))
     monkeypatch.setattr(accounts.os, "geteuid", lambda: 0)
-    assert accounts.main(["issue"]) == 0
+    assert accounts.main(["hand-out"]) == 0
     out = capsys.readouterr().out
     made = dict(re.findall(r"name: +(\S+)\n +password: +(\S+)", out))
     assert set(made) == {"student01", "student02", "instructor"}
@@ -380,7 +380,7 @@ def test_make_hub_accounts_prints_each_new_password_once_and_hub_clean_removes_o
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     credentials = room.Credentials(state / room.PASSWORDS, 8)
     assert all(credentials.check(name, password) for name, password in made.items())
-    assert accounts.main(["issue"]) == 0 and "has its password already" in capsys.readouterr().out  # none printed again
+    assert accounts.main(["hand-out"]) == 0 and "has its password already" in capsys.readouterr().out  # none printed again
     assert accounts.main(["reset", "student02"]) == 0
     new = dict(re.findall(r"name: +(\S+)\n +password: +(\S+)", capsys.readouterr().out))
     assert set(new) == {"student02"} and credentials.check("student02", new["student02"])
@@ -392,5 +392,5 @@ def test_make_hub_accounts_prints_each_new_password_once_and_hub_clean_removes_o
     assert accounts.main(["clean"]) == 0
     assert removed == ["student01", "student02"] and not state.exists()
     monkeypatch.setattr(accounts.os, "geteuid", lambda: 1000)
-    assert accounts.main(["issue"]) == 1
+    assert accounts.main(["hand-out"]) == 1
     assert capsys.readouterr().err == "c2graph hub: the room's accounts are root's: run it as root, or with sudo\n"
