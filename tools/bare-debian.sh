@@ -6,7 +6,8 @@
 # to 127.0.0.1, where nothing answers). With --hub, it follows the README's hub lines instead (as root:
 # the clone to /srv/c2graph, then `make hub-accounts` in place of `make hub`, which would serve):
 # the hub's environment installed by that route and every account's password made, then
-# `make hub-clean`. The host's local certificate authorities
+# `make hub-test HUB_STUDENTS=2` (the hub running, two students signing in and running notebook 01,
+# the sign-in attempts refused; /sys is bound in for the students' cgroups) and `make hub-clean`. The host's local certificate authorities
 # (/usr/local/share/ca-certificates, e.g. a proxy's that inspects TLS) are carried in, and pip
 # is told to trust the system's store (PIP_CERT), as a machine of that network would be set up. Needs root and debootstrap on a Debian or Ubuntu host.
 # Usage: sudo sh tools/bare-debian.sh ROOTFS [--block-cpu-index] [--full | --hub]
@@ -54,6 +55,8 @@ if [ "$hub" = yes ]; then
     lines=$(sed -n '/^## One hub for the room/,/^## /p' "$repo/README.md" | sed -n '/^```bash$/,/^```$/p' | grep -v '^```' \
         | sed -e 's|^REPO=.*|REPO=/srv/origin.git|' -e 's|\$S make hub |$S make hub-accounts |')
     echo "bare-debian: running the README's hub lines:"; echo "$lines"
+    mountpoint -q "$rootfs/sys" || mount --rbind /sys "$rootfs/sys"
+    trap 'umount "$rootfs/proc"; umount -R "$rootfs/sys"' EXIT
     chroot "$rootfs" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin TERM=dumb $certs sh -c "
 set -e
 cd /root
@@ -63,6 +66,7 @@ started=\$(date +%s)
 $lines
 echo \"bare-debian: make hub-accounts installed the hub and made the passwords in \$((\$(date +%s) - started)) s\"
 build/hub-venv/bin/python -c 'import c2graph, torch, triton, jupyterhub; print(\"bare-debian: hub environment: torch\", torch.__version__, \"triton\", triton.__version__, \"jupyterhub\", jupyterhub.__version__)'
+\$S make hub-test HUB_STUDENTS=2
 make hub-clean
 "
     exit 0
