@@ -134,7 +134,8 @@ c.JupyterHub.spawner_class = WorkshopSpawner
 c.Spawner.cmd = [str(singleuser)]
 c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = "/lab/tree/c2graph"
-# A room signs in at once: give a loaded machine time to start every server.
-c.Spawner.start_timeout = 300
-c.Spawner.http_timeout = 300
+# A room signs in at once: give a loaded machine time to start every server (20 students on two
+# cores took up to 261 s, hub/results/).
+c.Spawner.start_timeout = 600
+c.Spawner.http_timeout = 600
 c.JupyterHub.concurrent_spawn_limit = 0

@@ -52,6 +52,8 @@ import room  # noqa: E402
 PREFIX = "hubtest"
 ADMIN = PREFIX + "admin"
 CELL_TIMEOUT_S = 300
+SERVER_TIMEOUT_S = 600
+"""As the hub's own Spawner.start_timeout."""
 
 
 def free_port() -> int:
@@ -114,13 +116,13 @@ class Student:
         started = self.api("POST", f"/hub/api/users/{self.name}/server")
         if started.status_code not in (201, 202):
             raise RuntimeError(f"{self.name}: server not started (HTTP {started.status_code}: {started.text[:200]})")
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + SERVER_TIMEOUT_S
         while time.monotonic() < deadline:
             server = self.api("GET", f"/hub/api/users/{self.name}").json().get("servers", {}).get("", {})
             if server.get("ready"):
                 return
             time.sleep(1)
-        raise RuntimeError(f"{self.name}: server not ready after 300 s")
+        raise RuntimeError(f"{self.name}: server not ready after {SERVER_TIMEOUT_S} s")
 
 
 async def run_cells(student: Student, cells: list[str]) -> tuple[list[str], tuple[int, float]]:

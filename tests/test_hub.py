@@ -394,3 +394,15 @@ def test_make_hub_accounts_prints_each_new_password_once_and_hub_clean_removes_o
     monkeypatch.setattr(accounts.os, "geteuid", lambda: 1000)
     assert accounts.main(["hand-out"]) == 1
     assert capsys.readouterr().err == "c2graph hub: the room's accounts are root's: run it as root, or with sudo\n"
+
+
+def test_the_hub_and_the_load_test_wait_for_a_room_of_twenty_on_two_cores():
+    """20 students on notebook 04 on two cores: servers were ready after up to 261 s (stored run), and
+    tornado's 20 s default gave up on 4 kernels' connections: both waits are longer now."""
+    config = (ROOT / "hub" / "jupyterhub_config.py").read_text()
+    start = int(re.search(r"^c\.Spawner\.start_timeout = (\d+)$", config, re.M).group(1))
+    twenty = json.loads((ROOT / "hub" / "results" / "2026-12-06-04-20-students.json").read_text())
+    assert start >= 2 * max(s["server_start_s"] for s in twenty["per_student"])
+    load_test = (ROOT / "hub" / "load_test.py").read_text()
+    assert re.search(r"^SERVER_TIMEOUT_S = (\d+)$", load_test, re.M).group(1) == str(start)
+    assert "connect_timeout=CELL_TIMEOUT_S, request_timeout=CELL_TIMEOUT_S" in load_test
