@@ -18,10 +18,14 @@ CPU    := CUDA_VISIBLE_DEVICES=
 # (tools/install.sh says which route it took).
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
+# The library needs torch, Triton and numpy alone; the notebooks, the tests and the hub are extras
+# (pyproject.toml). .venv gets the notebooks' (lab) and the tests' (dev): every target below uses it.
+EXTRAS ?= lab,dev
+
 # The check comes first: one line saying what to install, before anything is written.
 $(STAMP): pyproject.toml constraints.txt
 	@sh tools/check-setup.sh $(PYTHON) $(VENV)
-	@sh tools/install.sh $(PYTHON) $(VENV) '$(TORCH_INDEX)'
+	@sh tools/install.sh $(PYTHON) $(VENV) '$(TORCH_INDEX)' $(EXTRAS)
 	@touch $(STAMP)
 
 # JupyterLab's port (`make lab PORT=8890`); as root (a container) it must be told it may run so.
@@ -60,10 +64,22 @@ figures: $(STAMP)
 	$(PY) -m c2graph figures figures
 
 ## make student: student copies of every notebook in student/ (made afresh): every exercise's
-## solution replaced by a stub that raises NotImplementedError, outputs cleared
-.PHONY: student
+## solution replaced by a stub that raises NotImplementedError, outputs cleared; it refuses, naming
+## them, where student/ holds an edited copy or a file it did not make (`make workshop` keeps them)
+.PHONY: student catch-up progress
 student: $(STAMP)
-	$(PY) -m c2graph.workshop.student notebooks student
+	$(PY) -m c2graph.workshop.student notebooks $(STUDENT)
+
+## make catch-up: for a student who did not do 02's puzzles 1 and 2 before the day: their solutions
+## go into the copy of 02 in student/, in the puzzles' cells still as handed out (an edited one is kept)
+CATCH_UP ?= 02:1,2
+catch-up: $(STAMP)
+	$(PY) -m c2graph.workshop.student --catch-up $(CATCH_UP) notebooks $(STUDENT)
+
+## make progress: the pre-work as the saved copies in student/ show it: 00's set-up line and each
+## check's last verdict
+progress: $(STAMP)
+	$(PY) -m c2graph.workshop.student --progress notebooks $(STUDENT)
 
 ## make browser-test: every notebook run in JupyterLab in a real browser (Debian's chromium, driven
 ## by Playwright) on the CPU; fails on an error output, a widget that does not render or a figure
@@ -82,37 +98,75 @@ browser-test: $(STAMP)
 HUB_PYTHON ?= $(if $(wildcard /usr/bin/python3),/usr/bin/python3,$(PYTHON))
 HUB_VENV   ?= build/hub-venv
 HUB_STAMP  := $(HUB_VENV)/.hub-installed
-SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # JupyterHub's proxy: Debian's package (apt-get, as root or with sudo), else one line on what to do.
 HUB_PROXY = command -v configurable-http-proxy >/dev/null || \
-  if command -v apt-get >/dev/null; then $(SUDO) apt-get update -q && \
-    DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q node-configurable-http-proxy; \
+  if command -v apt-get >/dev/null; then { apt-get update -q && \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q node-configurable-http-proxy; } || { \
+    echo "c2graph hub: apt-get could not install node-configurable-http-proxy (JupyterHub's proxy; its \
+error is above): check this machine's network and apt's sources, then run make again" >&2; exit 1; }; \
   else echo "c2graph hub: configurable-http-proxy (JupyterHub's proxy) is missing: run \
 'npm install -g configurable-http-proxy', then run make again" >&2; exit 1; fi
 
+# The hub's environment: c2graph with the notebooks' extra and JupyterHub, by the same install as
+# .venv (so also where PyTorch's CPU index cannot be reached).
 $(HUB_STAMP): pyproject.toml constraints.txt
 	@sh tools/check-setup.sh $(HUB_PYTHON) $(HUB_VENV)
-	@sh tools/install.sh $(HUB_PYTHON) $(HUB_VENV) '$(TORCH_INDEX)'
-	$(HUB_VENV)/bin/python -m pip install --quiet -c constraints.txt -e '.[hub]'
+	@sh tools/install.sh $(HUB_PYTHON) $(HUB_VENV) '$(TORCH_INDEX)' lab,hub
 	@touch $(HUB_STAMP)
 
-## make hub: JupyterHub for a room (as root): every student of hub/settings.toml signs in with a
-## browser and gets their own JupyterLab on their own student copies (README, "One hub for the room")
-.PHONY: hub hub-test
-hub: $(HUB_STAMP)
+HUB_RUN = C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/python
+# The hub makes Unix accounts and starts each student's JupyterLab as theirs: every hub target runs
+# as root, and says so in one line before it installs anything.
+.PHONY: hub-as-root
+hub-as-root:
+	@[ "$$(id -u)" = 0 ] || { echo "c2graph hub: make $(MAKECMDGOALS) runs as root (it makes one Unix account \
+per student): run it as root, or as 'sudo make $(MAKECMDGOALS)'" >&2; exit 1; }
+
+## make hub: JupyterHub for a room (as root): every account of hub/settings.toml gets a password
+## made here (the instructor's and the students', printed once to a sheet), then the hub starts;
+## each student signs in with a browser to their own JupyterLab on their own student copies
+## (README, "One hub for the room")
+.PHONY: hub hub-test hub-accounts hub-password hub-prework hub-catch-up hub-clean
+hub: hub-as-root $(HUB_STAMP)
 	@$(HUB_PROXY)
+	@$(HUB_RUN) hub/accounts.py hand-out
 	C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/jupyterhub -f hub/jupyterhub_config.py
 
+## make hub-accounts: the passwords of the accounts that have none yet, on a sheet to print (before
+## the day; `make hub` does it too)
+hub-accounts: hub-as-root $(HUB_STAMP)
+	@$(HUB_RUN) hub/accounts.py hand-out
+
+## make hub-password NAME=student07: a new password for one account (a lost slip), printed once;
+## NAME=instructor SET=1 asks for one instead
+hub-password: hub-as-root $(HUB_STAMP)
+	@$(HUB_RUN) hub/accounts.py $(if $(SET),set,reset) $(NAME)
+
+## make hub-prework: each student's pre-work, read from the copies in their home: 00's set-up line,
+## and the verdict of each check they ran (01's exercises, 02's puzzles 1 and 2)
+hub-prework: hub-as-root $(HUB_STAMP)
+	@$(HUB_RUN) hub/prework.py
+
+## make hub-catch-up STUDENTS="student07 student12": 02's puzzles 1 and 2 solved in those students'
+## copies of 02 (cells still as handed out only), as each student
+hub-catch-up: hub-as-root $(HUB_STAMP)
+	@$(HUB_RUN) hub/prework.py --catch-up $(CATCH_UP) $(STUDENTS)
+
+## make hub-clean: remove what make hub made: the Unix accounts it made (with their homes, so the
+## students' work: copy it first), their cgroups, and the hub's state (database, passwords)
+hub-clean: hub-as-root
+	@$(HUB_PYTHON) hub/accounts.py clean
+
 ## make hub-test: the hub under load: HUB_STUDENTS students (default 8) sign in through its REST API,
-## run HUB_NOTEBOOK in their own servers at once; each must finish with no error and reach no other
-## student's files (as root; Unix accounts hubtest01... are made and removed); results in out/hub-test.json
+## run HUB_NOTEBOOK in their own servers at once; each must finish with no error, reach no other
+## student's files and fail to sign in as anyone else (as root; Unix accounts hubtest01... are made
+## and always removed); results in out/hub-test.json
 HUB_STUDENTS ?= 8
 HUB_NOTEBOOK ?= 01_the_ratio2_compressor.ipynb
-hub-test: $(HUB_STAMP)
+hub-test: hub-as-root $(HUB_STAMP)
 	@$(HUB_PROXY)
 	@mkdir -p out
-	C2GRAPH_VENV=$(abspath $(HUB_VENV)) $(HUB_VENV)/bin/python hub/load_test.py --students $(HUB_STUDENTS) \
-	  --notebook notebooks/$(HUB_NOTEBOOK) --out out/hub-test.json
+	$(HUB_RUN) hub/load_test.py --students $(HUB_STUDENTS) --notebook notebooks/$(HUB_NOTEBOOK) --out out/hub-test.json
 
 # --- on a CUDA host that already has torch and triton (no venv: its own python3) -------------
 GPU_PY  ?= python3

@@ -2,8 +2,9 @@
 `jupyterhub -f hub/jupyterhub_config.py` with the repository's `.venv`.
 
 Everything an instructor sets is in hub/settings.toml (or the file C2GRAPH_HUB_SETTINGS names).
-Each student signs in with an account name from the settings and sets their password at the first
-login (WorkshopAuthenticator); the hub starts their JupyterLab as their own Unix user, on their own
+Every account of the settings, the instructors' included, signs in with the password the organiser
+handed out (made by `make hub` before the hub opens; hub/auth.py's WorkshopAuthenticator): no
+password is set by signing in, and the hub does not start while an account has none. The hub starts their JupyterLab as their own Unix user, on their own
 student copies in ~/c2graph (made where missing, never written over), inside cgroups that hold
 their memory and CPU limits, with the GPU the settings give them (WorkshopSpawner). The hub stops
 with one line that says what to do when this machine cannot run it.
@@ -18,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import room  # noqa: E402  (hub/room.py, beside this file)
-from jupyterhub.auth import Authenticator  # noqa: E402
+from auth import WorkshopAuthenticator  # noqa: E402  (hub/auth.py)
 from jupyterhub.spawner import LocalProcessSpawner, set_user_setuid  # noqa: E402
 
 c = get_config()  # noqa: F821  (JupyterHub's config loader defines it)
@@ -56,9 +57,16 @@ if shutil.which("configurable-http-proxy") is None:
     stop("configurable-http-proxy (JupyterHub's proxy) is missing: 'apt-get install node-configurable-http-proxy' "
          "(Debian, Ubuntu) or 'npm install -g configurable-http-proxy', then run make hub again")
 
-accounts = settings.students + tuple(a for a in settings.admins if a not in settings.students)
+accounts = settings.accounts
+settings.state.mkdir(parents=True, exist_ok=True)
+settings.state.chmod(0o700)
+credentials_file = settings.state / room.PASSWORDS
+without = [a for a in accounts if a not in room.Credentials(credentials_file, settings.min_password_length).names()]
+if without:
+    stop(f"{len(without)} accounts have no password yet ({', '.join(without[:3])}{', ...' if len(without) > 3 else ''}): "
+         "run make hub, which makes them and prints them once on a sheet before the hub opens")
 for name in accounts:
-    room.ensure_account(name)
+    room.ensure_account(name, settings.state / room.MADE_ACCOUNTS)
 limited = bool(settings.memory_gb or settings.cpus)
 if limited:
     try:
@@ -67,20 +75,6 @@ if limited:
         stop(f"per-student limits need cgroups that root can write ({e}); on this machine set [limits] memory_gb = 0 "
              "and cpus = 0 in the settings to run without limits, knowing that one student can then take every "
              "core and all the memory")
-
-settings.state.mkdir(parents=True, exist_ok=True)
-settings.state.chmod(0o700)
-passwords = room.Passwords(settings.state / "passwords.json", settings.min_password_length)
-
-
-class WorkshopAuthenticator(Authenticator):
-    """An account of the settings signs in with the password it set at its first login."""
-
-    async def authenticate(self, handler, data):
-        name = self.normalize_username(data.get("username", ""))
-        if name not in accounts:
-            return None
-        return name if passwords.check(name, data.get("password", "")) else None
 
 
 class WorkshopSpawner(LocalProcessSpawner):
@@ -131,13 +125,17 @@ c.JupyterHub.db_url = f"sqlite:///{settings.state / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(settings.state / "cookie_secret")
 c.ConfigurableHTTPProxy.pid_file = str(settings.state / "proxy.pid")
 c.JupyterHub.authenticator_class = WorkshopAuthenticator
-c.Authenticator.allowed_users = set(settings.students)
+c.WorkshopAuthenticator.accounts = list(accounts)
+c.WorkshopAuthenticator.credentials_file = str(credentials_file)
+c.WorkshopAuthenticator.min_password_length = settings.min_password_length
+c.Authenticator.allowed_users = set(accounts)
 c.Authenticator.admin_users = set(settings.admins)
 c.JupyterHub.spawner_class = WorkshopSpawner
 c.Spawner.cmd = [str(singleuser)]
 c.Spawner.notebook_dir = "~"
 c.Spawner.default_url = "/lab/tree/c2graph"
-# A room signs in at once: give a loaded machine time to start every server.
-c.Spawner.start_timeout = 300
-c.Spawner.http_timeout = 300
+# A room signs in at once: give a loaded machine time to start every server (20 students on two
+# cores took up to 261 s, hub/results/).
+c.Spawner.start_timeout = 600
+c.Spawner.http_timeout = 600
 c.JupyterHub.concurrent_spawn_limit = 0

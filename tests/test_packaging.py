@@ -44,6 +44,29 @@ def test_constraints_pin_every_dependency():
     assert set(pins) == _pyproject()
 
 
+def test_the_library_needs_torch_triton_and_numpy_and_the_rest_are_extras_each_target_installs():
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert {_name(r) for r in meta["dependencies"]} == {"torch", "triton", "numpy"}
+    extras = {k: {_name(r) for r in v} for k, v in meta["optional-dependencies"].items()}
+    assert extras["lab"] >= {"jupyterlab", "matplotlib", "ipywidgets", "tqdm"}
+    assert extras["dev"] >= {"pytest", "nbval", "hypothesis", "playwright", "jupyterhub"}
+    assert extras["hub"] == {"jupyterhub"}
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^EXTRAS \?= lab,dev$", makefile, re.M)
+    assert "@sh tools/install.sh $(PYTHON) $(VENV) '$(TORCH_INDEX)' $(EXTRAS)" in makefile
+    assert "@sh tools/install.sh $(HUB_PYTHON) $(HUB_VENV) '$(TORCH_INDEX)' lab,hub" in makefile
+    # every target that runs JupyterLab, the tests, nbconvert or the student copies stands on .venv's install
+    for target in ("lab", "workshop", "test", "unit", "nbval", "notebooks", "figures", "student", "catch-up",
+                   "progress", "browser-test"):
+        assert re.search(rf"^{target}: \$\(STAMP\)$", makefile, re.M), target
+    assert "make .venv/.installed EXTRAS=lab,dev${HUB:+,hub}" in _containerfile()
+    assert "pip install" not in _containerfile()
+    # notebook 00's set-up check reads the notebooks' packages from the lab extra
+    from c2graph.workshop import setup_check
+    assert setup_check.EXTRA == "lab"
+    assert set(setup_check.NEEDED) <= {"torch", "triton"} | extras["lab"]
+
+
 def test_environment_yml_gives_python_and_make_and_leaves_the_versions_to_constraints():
     text = (ROOT / "environment.yml").read_text()
     deps = re.findall(r"^  - (\S+)$", text.split("dependencies:")[1], re.M)
@@ -64,7 +87,8 @@ def test_installed_versions_satisfy_pyproject_ranges():
     from packaging.requirements import Requirement
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for req in map(Requirement, meta["dependencies"] + meta["optional-dependencies"]["dev"]):
+    extras = meta["optional-dependencies"]
+    for req in map(Requirement, meta["dependencies"] + extras["lab"] + extras["dev"]):
         assert req.specifier.contains(version(req.name).split("+")[0]), (req, version(req.name))
 
 
@@ -182,7 +206,7 @@ def test_make_runs_the_check_first_and_stops_before_any_venv(tmp_path):
     planned = subprocess.run(["make", "--no-print-directory", "-n", "lab", f"VENV={venv}"], cwd=ROOT,
                              capture_output=True, text=True, env=alone)
     assert planned.stdout.splitlines()[:2] == [f"sh tools/check-setup.sh python3 {venv}",
-                                               f"sh tools/install.sh python3 {venv} '{CPU_INDEX}'"]
+                                               f"sh tools/install.sh python3 {venv} '{CPU_INDEX}' lab,dev"]
 
     folder = _bin(tmp_path)
     (folder / "make").symlink_to(shutil.which("make"))
@@ -212,10 +236,10 @@ def _stand_in_python(tmp_path, pip_fails=False) -> Path:
     return outer
 
 
-def _install(tmp_path, index, pip_fails=False):
+def _install(tmp_path, index, pip_fails=False, extras=()):
     python = _stand_in_python(tmp_path, pip_fails)
     venv = tmp_path / "v"
-    done = subprocess.run(["sh", str(INSTALL), str(python), str(venv), index], cwd=ROOT, capture_output=True,
+    done = subprocess.run(["sh", str(INSTALL), str(python), str(venv), index, *extras], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     log = (tmp_path / "pip.log").read_text().splitlines() if (tmp_path / "pip.log").exists() else []
     return done, log, venv
@@ -241,7 +265,7 @@ def test_an_index_that_answers_gives_torch_and_nothing_else(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == f"c2graph set-up: torch from PyTorch's CPU index ({index})"
     assert log[1] == f"install --quiet -c constraints.txt --index-url {index} torch"
-    assert log[2] == "install --quiet -c constraints.txt -e .[dev]"
+    assert log[2] == "install --quiet -c constraints.txt -e .[lab,dev]"
 
 
 def test_an_index_that_does_not_answer_takes_pips_own_with_the_triton_torch_requires(tmp_path):
@@ -253,7 +277,7 @@ def test_an_index_that_does_not_answer_takes_pips_own_with_the_triton_torch_requ
     assert first.startswith("c2graph set-up: PyTorch's CPU index (http://127.0.0.1:9/cpu) did not answer within 5 s (")
     assert first.endswith("): torch from pip's own index, with the triton it requires")
     free = venv / "constraints-pip-index.txt"
-    assert log[1:] == [f"install --quiet -c {free} torch", f"install --quiet -c {free} -e .[dev]"]
+    assert log[1:] == [f"install --quiet -c {free} torch", f"install --quiet -c {free} -e .[lab,dev]"]
     pins = (ROOT / "constraints.txt").read_text().splitlines()
     assert free.read_text().splitlines() == [line for line in pins if not line.startswith("triton==")]
     assert done.stdout.splitlines()[-1].startswith("c2graph set-up: installed torch ")
@@ -261,6 +285,12 @@ def test_an_index_that_does_not_answer_takes_pips_own_with_the_triton_torch_requ
     done, log, _ = _install(tmp_path, "")
     assert done.stdout.splitlines()[0] == ("c2graph set-up: torch from pip's own index (TORCH_INDEX is empty), "
                                            "with the triton it requires")
+
+    # the hub's environment takes the same route, with its extras: no triton pin PyPI's torch refuses
+    (tmp_path / "pip.log").unlink()
+    done, log, venv = _install(tmp_path, "http://127.0.0.1:9/cpu", extras=["lab,hub"])
+    assert done.returncode == 0, done.stderr
+    assert log[1:] == [f"install --quiet -c {free} torch", f"install --quiet -c {free} -e .[lab,hub]"]
 
 
 def test_a_pip_that_fails_ends_with_one_line_that_says_what_to_do(tmp_path):
@@ -321,7 +351,7 @@ def test_the_readme_builds_the_image_and_keeps_the_student_copies_on_the_host():
     port = _jupyter_config()["ServerApp"]["port"]
     workdir = re.search(r"^WORKDIR (\S+)$", _containerfile(), re.M).group(1)
     student = re.search(r"^STUDENT \?= (\S+)$", (ROOT / "Makefile").read_text(), re.M).group(1)
-    assert lines == ["podman build -t c2graph .",
+    assert lines == ["podman build -t c2graph .", "mkdir -p student",
                      f'podman run --rm -it --init -p {port}:{port} -v "$PWD/student:{workdir}/{student}" c2graph',
                      f"podman run --rm -it --init -p {port}:{port} c2graph make lab",
                      "podman run --rm --init c2graph make test"]
@@ -338,6 +368,25 @@ def test_make_lab_and_make_workshop_take_the_port_and_workshop_keeps_the_copies(
         last = planned.stdout.splitlines()[-1]
         assert last.startswith(f"/nonexistent/bin/jupyter lab {folder} --port 8890"), planned.stdout
     assert f"-m c2graph.workshop.student --keep notebooks student" in planned.stdout
+
+
+def test_the_readmes_commands_paste_as_they_stand_as_root_and_as_a_user():
+    """No placeholder that breaks a paste (an apostrophe, angle brackets), no bare `sudo` before make or
+    git (a bare Debian's root has none): `$S`, empty as root; the repository's URL is one REPO= line."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    commands = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    assert "<this repository's URL>" not in readme and "sudo make" not in readme.replace("'sudo make", "")
+    assert not [c for c in commands if c.startswith("sudo ") and "apt-get" not in c], commands  # WSL's user has sudo
+    clones = [c for c in commands if "git clone" in c]
+    assert clones and all('git clone "$REPO" ' in c for c in clones)
+    for block in blocks:
+        if "git clone" in block:
+            assert re.search(r"^REPO=\S+ +# replace with this repository's URL$", block, re.M), block
+        if "$S " in block and "S=$(" not in block.split("$S ")[0]:
+            raise AssertionError(f"$S used before it is set: {block}")
+    assert "$S make hub" in readme and 'S=$([ "$(id -u)" = 0 ] || echo sudo)' in readme
+    assert not re.search(r"\b\d+ tests\b", readme), "a test count make test does not hold"
 
 
 def test_scripts_keep_lf_endings_on_every_checkout():

@@ -23,8 +23,8 @@ import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from c2graph.workshop.student import (STUB, Exercise, add_missing_student_copies, cell_tags, find_exercises, stub_source,
-                                      student_copy, write_student_copies)
+from c2graph.workshop.student import (STUB, Exercise, add_missing_student_copies, catch_up, cell_tags, find_exercises,
+                                      progress, stub_source, student_copy, write_student_copies)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -101,6 +101,61 @@ def test_stubbed_functions_raise_not_implemented_with_the_exercise_message():
     exec(stub_source(SOLUTION_CELL), namespace)
     for call in (lambda: namespace["partner_row"](3, 1), lambda: namespace["one_line"](1),
                  lambda: namespace["commented"](1), lambda: namespace["Ring"]().park(0)):
+        with pytest.raises(NotImplementedError, match="exercise: write this function"):
+            call()
+
+
+NESTED_SOLUTIONS = '''import torch
+if torch.cuda.is_available():
+    def scale(x):
+        """x: [T] fp32 -> [T] fp32."""
+        return x * 3  # SOLUTION-1
+else:
+    def scale(x):
+        return x * 4  # SOLUTION-2
+try:
+    from math import isqrt
+except ImportError:
+    def isqrt(n):
+        return int(n ** 0.5)  # SOLUTION-3
+finally:
+    def done(x): return x - 6  # SOLUTION-4
+for _ in range(1):
+    def looped():
+        return 5  # SOLUTION-5
+class Outer:
+    class Inner:
+        def method(self):
+            """Nested twice."""
+            return 7  # SOLUTION-6
+
+        async def waits(self):
+            return 8  # SOLUTION-7
+    @staticmethod
+    def helper():
+        def inner():
+            return 9  # SOLUTION-8
+        return inner()
+match 1:
+    case 1:
+        def matched():
+            return 10  # SOLUTION-9
+'''
+
+
+def test_no_solution_survives_under_if_try_loops_match_or_in_nested_classes():
+    stubbed = stub_source(NESTED_SOLUTIONS)
+    assert "SOLUTION" not in stubbed, stubbed
+    bodies = _bodies(stubbed)
+    assert set(bodies) == {"scale", "isqrt", "done", "looped", "method", "waits", "helper", "matched"}
+    for name, body in bodies.items():
+        assert ast.unparse(body[-1]) == ast.unparse(ast.parse(STUB).body[0]) and len(body) <= 2, name
+    assert 'if torch.cuda.is_available():\n    def scale(x):\n        """x: [T] fp32 -> [T] fp32."""\n        raise' in stubbed
+    namespace = {}
+    exec(stubbed, namespace)
+    for call in (lambda: namespace["scale"](1), lambda: namespace["done"](1), lambda: namespace["looped"](),
+                 lambda: namespace["Outer"].Inner().method(), lambda: namespace["Outer"].helper(),
+                 lambda: namespace["matched"]()):
         with pytest.raises(NotImplementedError, match="exercise: write this function"):
             call()
 
@@ -329,14 +384,14 @@ def _digests(paths) -> dict[str, str]:
 
 def test_student_copies_of_every_notebook_are_valid_have_no_outputs_and_leave_the_notebooks_alone(tmp_path):
     out = tmp_path / "student"
-    (out / "stale").mkdir(parents=True)  # made fresh: what was there goes
     before = _digests(NOTEBOOKS)
-    run = subprocess.run([sys.executable, "-m", "c2graph.workshop.student", str(ROOT / "notebooks"), str(out)],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    command = [sys.executable, "-m", "c2graph.workshop.student", str(ROOT / "notebooks"), str(out)]
+    for _ in range(2):  # made, then made afresh over copies as they were made
+        run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
     assert _digests(NOTEBOOKS) == before
     assert sorted(p.name for p in out.glob("*.ipynb")) == [p.name for p in NOTEBOOKS]
-    assert not (out / "stale").exists() and not list(out.glob("INSTRUCTOR*"))
+    assert not list(out.glob("INSTRUCTOR*"))
     for path in NOTEBOOKS:
         full, copy = nbformat.read(path, as_version=4), nbformat.read(out / path.name, as_version=4)
         nbformat.validate(copy)
@@ -345,6 +400,119 @@ def test_student_copies_of_every_notebook_are_valid_have_no_outputs_and_leave_th
             if b.cell_type == "code":
                 assert b.outputs == [] and b.execution_count is None, (path.name, i)
             assert b.source == (stub_source(a.source) if "solution" in cell_tags(a) else a.source), (path.name, i)
+
+
+def _fixture_notebooks(tmp_path) -> Path:
+    folder = tmp_path / "course" / "notebooks"
+    folder.mkdir(parents=True)
+    nbformat.write(fixture_notebook(), folder / "01_fixture.ipynb")
+    nbformat.write(fixture_notebook(), folder / "02_fixture.ipynb")
+    (folder / "GLOSSARY.md").write_text("words\n")
+    return folder
+
+
+def test_make_student_over_a_students_work_refuses_naming_it_and_deletes_nothing(tmp_path):
+    notebooks = _fixture_notebooks(tmp_path)
+    student = tmp_path / "student"
+    write_student_copies(notebooks, student)
+    edited = student / "02_fixture.ipynb"
+    edited.write_text(edited.read_text().replace("NotImplementedError", "NotImplementedError  # mine"))
+    (student / ".ipynb_checkpoints").mkdir()
+    (student / "notes.txt").write_text("keep me")
+    before = {p.name: p.read_bytes() for p in student.iterdir() if p.is_file()}
+    command = [sys.executable, "-m", "c2graph.workshop.student", str(notebooks), str(student)]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and run.stdout == ""
+    assert run.stderr == (f"c2graph student copies: student: {student} holds edited copies: 02_fixture.ipynb; files it "
+                          "did not make: .ipynb_checkpoints, notes.txt; nothing was written (a student's work is never "
+                          "written over): move them away, or keep them and add only the missing copies with --keep\n")
+    assert {p.name: p.read_bytes() for p in student.iterdir() if p.is_file()} == before
+    (student / "notes.txt").unlink()
+    (student / ".ipynb_checkpoints").rmdir()
+    edited.unlink()
+    (student / "01_fixture.ipynb").unlink()  # a copy deleted is simply made again
+    assert [p.name for p in write_student_copies(notebooks, student)] == ["01_fixture.ipynb", "02_fixture.ipynb"]
+
+
+@pytest.mark.parametrize("where", ["the parent", "the grandparent"])
+def test_a_student_folder_that_holds_the_notebooks_is_refused_before_anything_is_touched(tmp_path, where):
+    notebooks = _fixture_notebooks(tmp_path)
+    student = notebooks.parent if where == "the parent" else notebooks.parent.parent
+    (notebooks.parent / "README.md").write_text("the course")
+    before = sorted((p, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file())
+    for write in (write_student_copies, add_missing_student_copies):
+        with pytest.raises(ValueError, match=f"student: {student} holds the notebooks' folder {notebooks}, expected a "
+                                             "folder of its own"):
+            write(notebooks, student)
+    assert sorted((p, p.read_bytes()) for p in tmp_path.rglob("*") if p.is_file()) == before
+
+
+def test_a_folder_of_other_files_is_refused_and_keep_adds_only_what_is_missing(tmp_path):
+    notebooks = _fixture_notebooks(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("mine")
+    with pytest.raises(ValueError, match=r"holds files it did not make: thesis.tex; nothing was written"):
+        write_student_copies(notebooks, home)
+    assert [p.name for p in home.iterdir()] == ["thesis.tex"]
+    written = add_missing_student_copies(notebooks, home)
+    assert sorted(p.name for p in written) == ["01_fixture.ipynb", "02_fixture.ipynb", "GLOSSARY.md"]
+    assert (home / "thesis.tex").read_text() == "mine"
+
+
+def test_catch_up_fills_the_cells_as_handed_out_and_keeps_an_edited_one(tmp_path):
+    notebooks = _fixture_notebooks(tmp_path)
+    student = tmp_path / "student"
+    write_student_copies(notebooks, student)
+    copy = student / "02_fixture.ipynb"
+    nb = nbformat.read(copy, as_version=4)
+    nb.cells[8].source = nb.cells[8].source.replace("raise NotImplementedError", "return 0  # mine\n    raise NotImplementedError")
+    nb.cells[1].source += "\n# a note of mine"
+    nbformat.write(nb, copy)
+    said = catch_up(notebooks, student, "02", [1, 2])
+    assert said == ["02_fixture.ipynb exercise 1: its solution is in its cell now: run the notebook from the top",
+                    "02_fixture.ipynb exercise 2: kept as you wrote it (its cell is not the one handed out)"]
+    after = nbformat.read(copy, as_version=4)
+    assert after.cells[3].source == FIRST_SOLUTION and "# mine" in after.cells[8].source
+    assert after.cells[1].source.endswith("# a note of mine")
+    assert catch_up(notebooks, student, "02", [1])[0] == "02_fixture.ipynb exercise 1: solved already"
+    assert nbformat.read(student / "01_fixture.ipynb", as_version=4).cells[3].source == stub_source(FIRST_SOLUTION)
+    for bad, words in ((("07", [1]), "notebook: '07' names 0 notebooks"), (("02", [3]), "numbers: \\[3\\], expected exercises 1 to 2")):
+        with pytest.raises(ValueError, match=words):
+            catch_up(notebooks, student, *bad)
+
+
+def test_catch_up_of_02_gives_the_first_two_puzzles_solutions(tmp_path):
+    """make catch-up's default (02:1,2): puzzles 1 and 2 of notebook 02, which its assembly builds on."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert "CATCH_UP ?= 02:1,2" in makefile
+    add_missing_student_copies(ROOT / "notebooks", tmp_path)
+    catch_up(ROOT / "notebooks", tmp_path, "02", [1, 2])
+    (full,) = (ROOT / "notebooks").glob("02_*.ipynb")
+    answers, copy = nbformat.read(full, as_version=4), nbformat.read(tmp_path / full.name, as_version=4)
+    solutions = find_exercises(answers, full.name)
+    assert [copy.cells[e.solution].source for e in solutions[:2]] == [answers.cells[e.solution].source for e in solutions[:2]]
+    assert all(copy.cells[e.solution].source == stub_source(answers.cells[e.solution].source) for e in solutions[2:])
+    assert "def row_slots" in copy.cells[solutions[0].solution].source
+
+
+def test_progress_reads_each_checks_saved_verdict(tmp_path):
+    notebooks = _fixture_notebooks(tmp_path)
+    student = tmp_path / "student"
+    write_student_copies(notebooks, student)
+    assert progress(student) == [f"0{k}_fixture.ipynb: exercise {n}: not run" for k in (1, 2) for n in (1, 2)]
+    nb = nbformat.read(student / "01_fixture.ipynb", as_version=4)
+    nb.cells[5].outputs = [new_output("stream", name="stdout", text="group position: pass\n  pass: 64 rows\n")]
+    nb.cells[9].outputs = [new_output("stream", name="stdout", text="c2 slots: not yet\n  FAIL: c2 slots\n")]
+    nbformat.write(nb, student / "01_fixture.ipynb")
+    nb = nbformat.read(student / "02_fixture.ipynb", as_version=4)
+    nb.cells[5].outputs = [new_output("error", ename="NameError", evalue="x", traceback=[])]
+    nb.cells[1].source = "print(check_setup())"
+    nb.cells[1].outputs = [new_output("stream", name="stdout", text="ready: Python and every package\n")]
+    nbformat.write(nb, student / "02_fixture.ipynb")
+    assert progress(student) == ["01_fixture.ipynb: exercise 1: pass", "01_fixture.ipynb: exercise 2: not yet",
+                                 "02_fixture.ipynb: set-up: ready: Python and every package",
+                                 "02_fixture.ipynb: exercise 1: raised", "02_fixture.ipynb: exercise 2: not run"]
 
 
 def test_write_student_copies_refuses_to_write_over_the_notebooks(tmp_path):

@@ -1,16 +1,17 @@
 #!/bin/sh
-# The second step of `make lab` and `make test`, after check-setup.sh: creates VENV and installs
-# c2graph with the versions constraints.txt pins. Every failure ends with one line that says what
-# to do.
+# The second step of `make lab`, `make test` and `make hub`, after check-setup.sh: creates VENV and
+# installs c2graph with the extras EXTRAS (default lab,dev; the hub's: lab,hub) and the versions
+# constraints.txt pins. Every failure ends with one line that says what to do.
 #
 # torch comes from PyTorch's CPU index when that index answers within a few seconds: PyPI's torch
 # for Linux is the CUDA build (gigabytes of CUDA libraries, and it requires a triton of its own).
 # When the index does not answer (or TORCH_INDEX is empty), torch comes from pip's own index, and
 # triton is the one that torch requires: constraints.txt's triton pin is left out for that route.
-# Usage: sh tools/install.sh PYTHON VENV TORCH_INDEX
-python=${1:?usage: install.sh PYTHON VENV TORCH_INDEX}
-venv=${2:?usage: install.sh PYTHON VENV TORCH_INDEX}
+# Usage: sh tools/install.sh PYTHON VENV TORCH_INDEX [EXTRAS]
+python=${1:?usage: install.sh PYTHON VENV TORCH_INDEX [EXTRAS]}
+venv=${2:?usage: install.sh PYTHON VENV TORCH_INDEX [EXTRAS]}
 index=${3-}
+extras=${4:-lab,dev}
 py=$venv/bin/python
 PROBE_S=5
 
@@ -47,7 +48,7 @@ constraints=constraints.txt
 if [ -n "$index" ] && why=$(reachable "$index"); then
     say "torch from PyTorch's CPU index ($index)"
     "$py" -m pip install --quiet -c constraints.txt --index-url "$index" torch \
-        || fail "pip could not install torch from $index (its error is above): $network; or take torch from pip's own index with 'make test TORCH_INDEX='"
+        || fail "pip could not install torch from $index (its error is above): $network; or take torch from pip's own index with TORCH_INDEX= (empty), e.g. 'make test TORCH_INDEX='"
 else
     if [ -n "$index" ]; then
         say "PyTorch's CPU index ($index) did not answer within ${PROBE_S} s ($why): torch from pip's own index, with the triton it requires"
@@ -63,7 +64,7 @@ else
     "$py" -c 'from importlib.metadata import version; version("triton")' 2>/dev/null || constraints=constraints.txt
 fi
 
-"$py" -m pip install --quiet -c "$constraints" -e '.[dev]' \
+"$py" -m pip install --quiet -c "$constraints" -e ".[$extras]" \
     || fail "pip could not install c2graph's other packages (its error is above): $network"
 "$py" - <<'EOF'
 from importlib.metadata import version

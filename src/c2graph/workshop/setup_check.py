@@ -34,6 +34,8 @@ from ..graphs.graph import Graph
 
 NEEDED = ("torch", "triton", "matplotlib", "ipywidgets")
 """The packages the notebooks import (JupyterLab is already running the cell that asks)."""
+EXTRA = "lab"
+"""The extra of c2graph that holds the notebooks' packages beyond torch and Triton."""
 FIX_VERSIONS = "run `make lab` in the repository: it installs the versions pinned in constraints.txt"
 PINNED = ("torch", "triton")
 """The packages whose exact versions :func:`pin_notes` compares with ``constraints.txt``."""
@@ -65,15 +67,18 @@ class SetupReport:
 
 
 def declared_requirements() -> tuple[str, list[Requirement]]:
-    """c2graph's ``requires-python`` and run-time requirements: from its installed metadata, or from
-    ``pyproject.toml`` when the package runs from a checkout's ``src/`` without being installed."""
+    """c2graph's ``requires-python`` and the requirements the notebooks run with: the package's own
+    and its ``lab`` extra's (:data:`EXTRA`), from its installed metadata, or from ``pyproject.toml``
+    when the package runs from a checkout's ``src/`` without being installed."""
     try:
         meta = metadata.metadata("c2graph")
         reqs = [Requirement(r) for r in metadata.requires("c2graph") or []]
-        return meta["Requires-Python"] or "", [r for r in reqs if r.marker is None]
+        wanted = [r for r in reqs if r.marker is None or r.marker.evaluate({"extra": EXTRA})]
+        return meta["Requires-Python"] or "", [Requirement(f"{r.name}{r.specifier}") for r in wanted]
     except metadata.PackageNotFoundError:
         project = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"]
-        return project.get("requires-python", ""), [Requirement(r) for r in project["dependencies"]]
+        reqs = project["dependencies"] + project.get("optional-dependencies", {}).get(EXTRA, [])
+        return project.get("requires-python", ""), [Requirement(r) for r in reqs]
 
 
 def version_problems(python: str | None = None, installed: dict[str, str | None] | None = None) -> list[str]:
