@@ -34,14 +34,9 @@ from dataclasses import dataclass
 import torch
 from torch.utils._pytree import tree_leaves
 
+from .emulation import answering_is_current_stream_capturing
+from .graph import compiled_code_run_eagerly
 from .op_record import CaptureRecord, Recording
-
-
-@contextlib.contextmanager
-def compiled_code_eager():
-    """``torch.compile``'d functions run their Python eagerly in the block, compiling nothing."""
-    with torch.compiler.set_stance("force_eager"):
-        yield
 
 
 class Saved:
@@ -100,13 +95,15 @@ class EagerCall:
 
 
 def call_eagerly(step: Callable[[], object], labels: dict[str, torch.Tensor], saved: Saved) -> EagerCall:
-    """Call ``step()`` once, observed (on CUDA on a side stream, as :func:`~c2graph.graphs.graph.warmup`)."""
+    """Call ``step()`` once, observed, as :func:`~c2graph.graphs.graph.warmup` calls it: on CUDA on a
+    side stream; without CUDA with ``torch.cuda.is_current_stream_capturing()`` answering ``False``
+    (torch's own again after, on every exit)."""
     versions, started = _versions(), []
     observer = Observer(labels, sys._getframe(), saved)
     stream = torch.cuda.Stream() if torch.cuda.is_available() else None
     if stream is not None:
         stream.wait_stream(torch.cuda.current_stream())
-    side = torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+    side = torch.cuda.stream(stream) if stream is not None else answering_is_current_stream_capturing()
     with side, observer.active() as record, _threads_seen(started):
         returned = step()
     if stream is not None:
@@ -259,7 +256,7 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
     tensors = {_key(t): t for t in labels.values()}
     names = {_key(t): name for name, t in labels.items()}
     captures, eagers, judged, inputs, graphs, graphs_records = [], [], [], {}, [], []
-    with compiled_code_eager():
+    with compiled_code_run_eagerly():
         for i, load in enumerate(loads):
             load()
             saved = Saved()

@@ -32,8 +32,9 @@ What it reproduces
   numbers, as a CUDA graph does.
 - **Asking whether a capture is on.** ``torch.cuda.is_current_stream_capturing()`` is ``True``
   in the thread of an emulated capture, as in a CUDA capture (a guard on it works), and nowhere
-  else. For the extent of the capture (and of :func:`~c2graph.graphs.graph.warmup` on a machine
-  without CUDA, the eager calls before one) ``torch.cuda.is_current_stream_capturing`` and
+  else. For the extent of the capture (and, on a machine without CUDA, of
+  :func:`~c2graph.graphs.graph.warmup` and of :func:`c2graph.audit`'s eager calls of the step)
+  ``torch.cuda.is_current_stream_capturing`` and
   ``torch.cuda.graphs.is_current_stream_capturing`` are this module's function, which answers
   ``True`` in the capturing thread only and, in any other thread, torch's answer (``False`` on a
   machine without CUDA, where torch's own raises); when the capture ends, on every exit, they are

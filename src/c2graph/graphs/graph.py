@@ -28,8 +28,8 @@ the notebooks show on a laptop what a capture freezes and what it refuses.
 The process as it was: a capture, a replay, a refusal and :func:`c2graph.audit` change nothing of
 torch, Triton or Python beyond their own extent, on every exit. Compiled code runs compiled
 afterwards (:func:`compiled_code_run_eagerly`); ``torch.cuda.is_current_stream_capturing`` is
-torch's own object outside an emulated capture and :func:`warmup` on a machine without CUDA
-(:mod:`c2graph.graphs.emulation`); Triton's
+torch's own object outside an emulated capture, and :func:`warmup` and the audit's eager calls on
+a machine without CUDA (:mod:`c2graph.graphs.emulation`); Triton's
 launcher is its own outside a capture (:mod:`c2graph.graphs.triton_launches`); the garbage
 collector is on or off as it was.
 
@@ -281,8 +281,9 @@ def _no_automatic_garbage_collection():
 @contextlib.contextmanager
 def compiled_code_run_eagerly():
     """``torch.compile``'d code runs its ops one by one, eagerly, in the ``with`` block (entered by a
-    capture that makes a record, before it begins), so the record sees each op and the emulation
-    replays them; after it, on every exit, compiled code runs compiled again.
+    capture that makes a record, before it begins, and by :func:`c2graph.audit` around its loads,
+    eager calls and captures), so the record sees each op and the emulation replays them; after it,
+    on every exit, compiled code runs compiled again.
 
     Why: a torch dispatch mode that is on (the record's) fails a guard of every compiled function;
     dynamo then runs the function op by op, as its mode rules say, but also marks the function's
