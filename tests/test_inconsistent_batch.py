@@ -418,7 +418,7 @@ def test_the_extents_counted_from_the_requests_are_the_tensors(requests, lengths
 @pytest.mark.parametrize("fused", PATHS)
 def test_a_batch_is_read_once_and_again_after_any_change(fused, monkeypatch):
     """``check`` reads a batch's rows once; it reads them again after an in-place write to any of its
-    tensors, or against other pools, and refuses what is wrong then, before the first write."""
+    tensors, or against pools of other sizes, and refuses what is wrong then, before the first write."""
     layer, alloc, pools, batch = case(fused)
     reads = []
     real = c2.ExtendBatch._check_rows
@@ -426,7 +426,7 @@ def test_a_batch_is_read_once_and_again_after_any_change(fused, monkeypatch):
     for _ in range(3):
         run_path(fused, layer, batch, pools)
     assert len(reads) == 1
-    _, _, other = make_case(fused)
+    _, _, other = make_case(fused, max_seq_len=128)  # pools of other sizes: the rows are checked against them
     run_path(fused, layer, batch, other)
     assert len(reads) == 2
     batch.pos[1] += 2  # row 1 of request (0, 1, 5): a position the request does not hold

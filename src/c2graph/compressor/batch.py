@@ -188,8 +188,8 @@ class ExtendBatch:
           what the fused kernel computes from ``raw_out_loc``, so both paths store at one slot;
         - no two group rows store at one c2 slot (a right batch compared a slice at a time: :func:`rows_agree`).
 
-        A batch that passed is not read again while what it was checked on stays as it was: the
-        same pools, and each tensor at the same address with the same version counter (every torch
+        A batch that passed is not read again while what it was checked on stays as it was: pools of
+        the same sizes, and each tensor at the same address with the same version counter (every torch
         op that writes a tensor in place bumps it), so one check a batch serves every layer of a step.
         """
         stamp = _check_stamp(self, pools)
@@ -347,11 +347,10 @@ def _built_extents(reqs, pages, num_rows: int) -> dict[str, tuple[int, int]]:
 def _check_stamp(batch: ExtendBatch, pools: Pools | None) -> tuple | None:
     """What :meth:`ExtendBatch.check` read, as it is now; ``None`` where an inference tensor keeps no version."""
     tensors = [getattr(batch, name) for name in ROW_TENSORS] + [batch.extend_offsets]
-    held = [] if not isinstance(pools, Pools) else [getattr(pools, name, None) for name in ("kv_cache", "index_k", "ring")]
-    if not isinstance(pools, Pools | None) or any(not isinstance(t, torch.Tensor) or t.is_inference() for t in tensors + held):
+    if not isinstance(pools, Pools | None) or any(not isinstance(t, torch.Tensor) or t.is_inference() for t in tensors):
         return None
-    sizes = tuple((t.data_ptr(), t.shape) for t in held)
-    return (batch.requests, id(pools), sizes, *((t.data_ptr(), t._version, t.shape, t.dtype, t.device) for t in tensors))
+    sizes = None if pools is None else (pools.pool_requests, pools.kv_slots)  # all the check reads of the pools
+    return (batch.requests, sizes, *((t.data_ptr(), t._version, t.shape, t.dtype, t.device) for t in tensors))
 
 
 def count_extents(rows: Sequence[torch.Tensor]) -> dict[str, tuple[int, int]]:
