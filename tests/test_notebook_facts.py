@@ -520,6 +520,7 @@ def test_05s_words_are_the_ones_held_to_every_run(name, words):
     assert " ".join(words.split()) in _text_of(name), f"{name} no longer says {words!r}: change WORDS_05 with it"
 
 
+# Not a hidden failure: runs are stored, and test_a_stored_gpu_run_is_there fails if they go.
 @pytest.mark.skipif(NEWEST is None, reason="no stored GPU results: 05 states nothing of a run")
 @pytest.mark.parametrize("stored", sorted(STORED_FILES))
 @pytest.mark.parametrize("name, words, holds", WORDS_05, ids=[w[:40] for _, w, _ in WORDS_05])
@@ -527,6 +528,7 @@ def test_05s_words_hold_for_every_stored_run(stored, name, words, holds):
     assert holds(stored_numbers.load(STORED_FILES[stored])), f"{name} says {words!r}; {stored} does not"
 
 
+# Not a hidden failure: runs are stored, and test_a_stored_gpu_run_is_there fails if they go.
 @pytest.mark.skipif(NEWEST is None, reason="no stored GPU results")
 def test_a_run_that_makes_05s_words_false_fails_them():
     """The old words' failures, forged into the newest run: a launch floor above the memory floor
@@ -545,6 +547,7 @@ def test_a_run_that_makes_05s_words_false_fails_them():
     assert not words["the two differ by less than a tenth, one way or the other from run to run"](forged)
 
 
+# Not a hidden failure: runs are stored, and test_a_stored_gpu_run_is_there fails if they go.
 @pytest.mark.skipif(len(STORED_FILES) < 2, reason="one stored run: nothing to disagree about")
 def test_the_runs_disagree_where_05_says_they_do():
     """"on one side of the line in one stored run, on the other side in another" (16384 rows), and
