@@ -164,6 +164,18 @@ def check_kernel_sizes(D: int, index_dim: int, rope_dim: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+LAUNCH_TENSORS = ("projected", "ring", "pos", "req", "raw_out_loc", "extend_offsets", "norm_w", "wk", "k_norm_w",
+                  "inv_freq", "kv_cache", "index_k", "latent_out")
+"""The tensor arguments of :func:`compress_fused_op`, in order (then ``eps``, ``ring_size``, ``grid_rows``)."""
+
+
+def check_tensor_arguments(tensors) -> None:
+    """Each of the :data:`LAUNCH_TENSORS`, given in that order, is a tensor (``ValueError`` naming it)."""
+    for name, t in zip(LAUNCH_TENSORS, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} is a {type(t).__name__}; expected a tensor")
+
+
 def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                  kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
     """Every argument of :func:`compress_fused_op`, against the batch (``pos``: ``T`` rows), the
@@ -174,12 +186,8 @@ def check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w,
     (no host sync), so it can run inside a graph capture. Raises ``ValueError`` naming the
     argument, its value and what was expected.
     """
-    tensors = dict(projected=projected, ring=ring, pos=pos, req=req, raw_out_loc=raw_out_loc,
-                   extend_offsets=extend_offsets, norm_w=norm_w, wk=wk, k_norm_w=k_norm_w, inv_freq=inv_freq,
-                   kv_cache=kv_cache, index_k=index_k, latent_out=latent_out)
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} is a {type(t).__name__}; expected a tensor")
+    check_tensor_arguments((projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
+                            kv_cache, index_k, latent_out))
     if projected.device.type != "cuda" and not INTERPRET:
         raise ValueError(
             f"projected is on {projected.device}, but Triton runs compiled on this machine: the fused "
@@ -265,11 +273,6 @@ def launch_fused(*tensors_and_sizes, blocks: KernelBlocks | None = None) -> None
         compress_fused_kernel[(num_blocks,)](*args, **constants)
 
 
-LAUNCH_TENSORS = ("projected", "ring", "pos", "req", "raw_out_loc", "extend_offsets", "norm_w", "wk", "k_norm_w",
-                  "inv_freq", "kv_cache", "index_k", "latent_out")
-"""The tensor arguments of :func:`compress_fused_op`, in order (then ``eps``, ``ring_size``, ``grid_rows``)."""
-
-
 def compress_fused_op(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
                       kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
     """The custom op ``c2graph::compress_fused`` (:func:`compress_fused_custom_op`: the arguments),
@@ -278,9 +281,7 @@ def compress_fused_op(projected, ring, pos, req, raw_out_loc, extend_offsets, no
     :func:`check_launch`)."""
     tensors = (projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq, kv_cache,
                index_k, latent_out)
-    for name, t in zip(LAUNCH_TENSORS, tensors):
-        if not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} is a {type(t).__name__}; expected a tensor")
+    check_tensor_arguments(tensors)
     compress_fused_custom_op(*tensors, as_float32_real("eps", eps), as_int("ring_size", ring_size),
                              as_int("grid_rows", grid_rows))
 
