@@ -20,6 +20,8 @@ imports nothing else of the package.
 
 from __future__ import annotations
 
+import threading
+
 import math
 import operator
 import os
@@ -230,3 +232,51 @@ def check_fits_memory(what: str, nbytes: int, device: torch.device, held: str = 
     if nbytes > have or nbytes >= 2**63:
         raise ValueError(f"{what} needs more memory than this device can allocate ({held + ': ' if held else ''}"
                          f"{nbytes:.3g} bytes; {device.type} has {have:.3g}); expected a size that fits")
+
+
+_PLAIN_TENSORS = frozenset((torch.Tensor, torch.nn.Parameter))
+
+
+def fingerprint(tensors) -> tuple | None:
+    """What the argument checks read of each tensor (a ``None`` stays ``None``): its address, shape,
+    strides, dtype and device, whether it requires grad and whether it is an inference tensor.
+    ``None`` when one is no plain tensor (a fake, functional or other subclass, or anything else):
+    such a call is checked in full every time. Reads no tensor value."""
+    if not all(t is None or type(t) in _PLAIN_TENSORS for t in tensors):
+        return None
+    try:
+        return tuple([None if t is None else (t.data_ptr(), t.shape, t.stride(), t.dtype, t.device, t.requires_grad,
+                                              t.is_inference()) for t in tensors])
+    except RuntimeError:  # no address (a sparse tensor): checked in full
+        return None
+
+
+class Passed:
+    """Calls whose arguments passed their checks, the last ``size`` of them, each with what the call
+    worked out from them: ``key -> value``. A key holds everything the checks read (the tensors'
+    :func:`fingerprint`, the sizes, the objects' fields), so a call with a key found here would be
+    checked again on the same facts, with the same verdict: it skips the checks. A refused call
+    leaves no key. Safe under threads."""
+
+    def __init__(self, size: int = 256):
+        self._values: dict = {}
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        """The value kept for ``key``; ``None`` for a key not kept (or ``None``: no key)."""
+        return None if key is None else self._values.get(key)
+
+    def add(self, key, value=True) -> None:
+        """Keep ``key`` (unless ``None``) with ``value``, forgetting the oldest past ``size``."""
+        if key is None:
+            return
+        with self._lock:
+            self._values[key] = value
+            while len(self._values) > self._size:
+                del self._values[next(iter(self._values))]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+

@@ -16,8 +16,8 @@ import torch
 
 from .._runtime import DEFAULT_DEVICE
 from .arguments import allocate, as_device, as_int, check_type
-from .batch_values import Request, as_requests, rows_agree
-from .extend_offsets import build_extend_offsets, check_extend_offsets
+from .batch_values import Request, as_requests, rows_agree, rows_on_device
+from .extend_offsets import check_extend_offsets
 from .pools import Pools
 from .req_to_token import ReqToTokenPool
 from .rows import MIN_RING_SIZE, BatchPlan, plan_rows
@@ -131,29 +131,15 @@ class ExtendBatch:
         dev = as_device("device", device, DEFAULT_DEVICE)
         fits = [pools] if pools is not None and not isinstance(pools, (list, tuple)) else list(pools or ())
         pages = allocator.pages_for(reqs)  # worked out, no page given yet
-        offsets = build_extend_offsets([r.extend_len for r in reqs], slots)
 
         extents = _built_extents(reqs, pages, num_rows)  # from the requests and the pages: no tensor read
-        described = cls.with_extents(reqs, *(torch.empty(0, dtype=torch.int64),) * 4, offsets, 1, extents)
+        unset = torch.empty(0, dtype=torch.int64)  # the checks below read the extents and the slots, no tensor
+        described = cls.with_extents(reqs, *(unset,) * 4, torch.empty(2, slots, dtype=torch.int32), 1, extents)
         for i, p in enumerate(fits):
             check_batch_fits(described, p, where=f"pools[{i}]: " if len(fits) > 1 else "")
 
-        def rows_on_host():
-            pos = torch.zeros(num_rows, dtype=torch.int64)
-            req = torch.zeros(num_rows, dtype=torch.int64)
-            raw = torch.zeros(num_rows, dtype=torch.int64)
-            return pos, req, raw
-
-        pos, req, raw = allocate("pad_to", num_rows, rows_on_host)
-        row = 0
-        for r, locations in zip(reqs, pages.locations):
-            n = r.extend_len
-            pos[row : row + n] = torch.arange(r.prefix_len, r.prefix_len + n)
-            req[row : row + n] = r.pool_index
-            raw[row : row + n] = locations
-            row += n
-        c2_slot = torch.where((pos % 2 == 1) & (raw != 0), raw // 2, 0)
-        tensors = allocate("pad_to", num_rows, lambda: [t.to(dev) for t in (pos, req, raw, c2_slot, offsets)])
+        lens = [r.extend_len for r in reqs]
+        tensors = allocate("pad_to", num_rows, lambda: rows_on_device(pages.rows, lens, slots, num_rows, dev))
         allocator.take(pages)  # every check passed: give the pages
         return cls.with_extents(reqs, *tensors, described.kv_slots_needed, extents)
 
@@ -372,6 +358,8 @@ def _set_extents(batch: ExtendBatch, extents: dict[str, tuple[int, int]]) -> Non
 
 def _is_fields(r) -> bool:
     """``r`` holds fields (a tuple, a list, an array), not one number or a string."""
+    if type(r) in (tuple, list, Request):  # the common case, without the ABC's look
+        return True
     return isinstance(r, Iterable) and not isinstance(r, (str, bytes)) and not (
         isinstance(r, torch.Tensor) and r.dim() == 0)
 

@@ -1,4 +1,5 @@
-"""A batch's requests, and the values of its rows against them, compared a slice at a time.
+"""A batch's requests, its rows made on the host and sent in one copy, and the values of its rows
+against them, compared a slice at a time.
 
 :meth:`ExtendBatch.check <c2graph.compressor.batch.ExtendBatch.check>` says, row by row, where a
 batch's tensors contradict its request list. :func:`rows_agree` finds whether they do by comparing
@@ -13,6 +14,7 @@ from collections.abc import Iterable
 from itertools import accumulate
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from .arguments import as_int
@@ -79,3 +81,29 @@ def rows_agree(requests, starts: list[int], counts: list[int], pos: list[int], r
         stored += groups
     stored = [s for s in stored if s]
     return len(set(stored)) == len(stored)
+
+
+def rows_on_device(rows, lens: list[int], slots: int, num_rows: int, dev: torch.device) -> tuple[torch.Tensor, ...]:
+    """``pos``, ``req``, ``raw_out_loc``, ``c2_slot`` (``rows``: the first three, of the live rows,
+    padded with zeros to ``num_rows``) and the extend offsets of requests of ``lens`` rows in
+    ``slots`` slots, made in one host buffer and sent in one copy (from pinned memory to a CUDA
+    device): views of one block on ``dev``, nothing read back."""
+    live = sum(lens)
+    stage = np.empty(4 * num_rows + slots, dtype=np.int64)  # numpy: a few µs where torch's calls take tens
+    table = stage[: 4 * num_rows].reshape(4, num_rows)
+    table[:, live:] = 0
+    pos, req, raw = rows
+    table[0, :live], table[1, :live], table[2, :live] = pos, req, raw
+    # c2_slot: raw_out_loc // 2 on group rows (odd pos); 0 elsewhere (a padding row's raw_out_loc is 0)
+    np.multiply(raw >> 1, pos & 1, out=table[3, :live])
+    offsets = stage[4 * num_rows:].view(np.int32).reshape(2, slots)  # as build_extend_offsets makes them
+    offsets[0, : len(lens)] = np.cumsum(lens) - lens
+    offsets[0, len(lens):] = live
+    offsets[1, : len(lens)] = lens
+    offsets[1, len(lens):] = 0
+    host = torch.from_numpy(stage)
+    if dev.type == "cuda":  # from pinned memory the copy is queued, and the call returns at once
+        host = torch.empty(host.shape, dtype=host.dtype, pin_memory=True).copy_(host).to(dev, non_blocking=True)
+    elif dev != host.device:
+        host = host.to(dev)
+    return (*host[: 4 * num_rows].view(4, num_rows).unbind(), host[4 * num_rows:].view(torch.int32).view(2, slots))

@@ -16,7 +16,11 @@ masks every store by the real extents of the caches and the ring: it never write
 Entry points:
 
 - :func:`compress_fused` takes a layer, the projected buffer, an :class:`ExtendBatch` and the
-  :class:`Pools`, and launches once;
+  :class:`Pools`, and launches once: through the op wherever a dispatch-level tool, the compiler
+  or the profiler watches, else directly (the op would do nothing more). It checks its arguments
+  once for one set of them (the same tensors where they were, the same objects' fields: the
+  record of :class:`~c2graph.compressor.arguments.Passed`), so a step's call costs the host
+  little more than the launch;
 - :func:`compress_fused_op` is the launch on plain tensors, the torch custom op
   ``c2graph::compress_fused`` (:func:`compress_fused_custom_op`, after a look at its arguments'
   types, which the op's schema would refuse in torch's words) so that dispatch-level tools (the op counter, the CPU emulation of
@@ -26,137 +30,23 @@ Entry points:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 
 from .._runtime import INTERPRET
-from .arguments import FLOAT32_MAX, FLOAT32_TINY, as_float32_real, as_int, check_no_overlap, check_tensor
+from .arguments import (FLOAT32_MAX, FLOAT32_TINY, Passed, as_float32_real, as_int, check_no_overlap,
+                        check_tensor, fingerprint)
 from .batch import MAX_ROWS, ExtendBatch
 from .checks import check_latent_out, check_layer_batch_pools, check_outputs
 from .config import MAX_RING_SIZE
 from .extend_offsets import check_extend_offsets
+from .fused_blocks import (  # noqa: F401  (the blocks, imported from here too)
+    SMALL_BLOCKS, SMALL_BUCKET_GROUPS_PER_BLOCK, SMALL_BUCKET_ROWS, WIDE_LARGE_BUCKET, WIDE_SMALL_BUCKET,
+    KernelBlocks, block_lanes, check_kernel_sizes, grid_blocks, kernel_blocks,
+)
 from .fused_kernel import compress_fused_kernel
 from .pools import Pools
-from .source_layer import SourceLayer
-
-
-@dataclass(frozen=True)
-class KernelBlocks:
-    """How the kernel cuts its work: compile-time sizes and launch options, never the batch's.
-
-    - ``groups_per_block``: groups per block (one program each, unless persistent); each group
-      takes a *lane* of the block's tiles, which have at least 16 lanes (``tl.dot``'s smallest tile)
-    - ``chunk``: columns per step of the gate's sweep (pass A; at most ``D``)
-    - ``block_k``: latent columns per step of the normalising sweep and the index-key product
-      (pass B; at most ``D``)
-    - ``num_warps``, ``num_stages``: Triton's launch options
-    - ``gate_stages``: pass A's software pipeline (``tl.range(..., num_stages=gate_stages)``): its
-      loads run ``gate_stages - 1`` chunks ahead of its math (1: none). Changes no arithmetic,
-      only when the loads are issued
-    - ``gate_halves``: pass A gates each chunk as two tiles of half its columns (the same bits):
-      each thread's copy from memory stays 16 contiguous bytes where a block's warps are few
-    """
-
-    groups_per_block: int
-    chunk: int
-    block_k: int
-    num_warps: int
-    num_stages: int = 1
-    gate_stages: int = 1
-    gate_halves: bool = False
-
-    def __post_init__(self) -> None:
-        """``ValueError`` naming the field, before Triton sees it: tile sizes and warps are powers of
-        two (``tl.arange`` and the tiles need them), the stages positive ints."""
-        for name in ("groups_per_block", "chunk", "block_k", "num_warps"):
-            value = as_int(f"KernelBlocks.{name}", getattr(self, name), least=1)
-            if value & (value - 1):
-                raise ValueError(f"KernelBlocks.{name} = {value}; expected a power of two (the kernel's tiles "
-                                 "and Triton's warps come in powers of two)")
-        for name in ("num_stages", "gate_stages"):
-            as_int(f"KernelBlocks.{name}", getattr(self, name), least=1)
-        if self.gate_halves not in (True, False):  # 1 and 0 too, as the sweep spells it (".h1")
-            raise ValueError(f"KernelBlocks.gate_halves = {self.gate_halves!r}; expected True or False")
-
-    @property
-    def lanes(self) -> int:
-        return block_lanes(self.groups_per_block)
-
-    @property
-    def name(self) -> str:
-        """The blocks in one word, as the pictures and ``benchmarks/NOTES.md`` spell them:
-        ``g<groups_per_block>.c<chunk>.k<block_k>.w<num_warps>.st<num_stages>.a<gate_stages>[.h1]``."""
-        return (f"g{self.groups_per_block}.c{self.chunk}.k{self.block_k}.w{self.num_warps}.st{self.num_stages}"
-                f".a{self.gate_stages}{'.h1' if self.gate_halves else ''}")
-
-
-def block_lanes(groups_per_block: int) -> int:
-    """Lanes of a block's tiles, one group each: ``groups_per_block``, or 16 (``tl.dot``'s smallest
-    tile) if fewer."""
-    return max(16, groups_per_block)
-
-
-SMALL_BLOCKS = KernelBlocks(groups_per_block=8, chunk=64, block_k=64, num_warps=4)
-"""Layers with ``D < 256`` (the ``tiny`` preset): few, small programs, quick in the interpreter."""
-
-WIDE_SMALL_BUCKET = KernelBlocks(groups_per_block=8, chunk=64, block_k=64, num_warps=8, num_stages=3, gate_stages=4)
-"""Layers with ``D >= 256`` (``dsv41``) in buckets of at most :data:`SMALL_BUCKET_ROWS` rows: the
-most programs (8 groups in 16-lane tiles), about one an SM, so a replay takes one program's chain
-of memory round trips: 8 warps share each step, and the loads of pass A run three chunks ahead of
-its math, those of pass B's product two steps ahead (measured on an H200: ``benchmarks/NOTES.md``)."""
-
-WIDE_LARGE_BUCKET = KernelBlocks(groups_per_block=16, chunk=64, block_k=64, num_warps=4, num_stages=3, gate_stages=3,
-                                gate_halves=True)
-"""Layers with ``D >= 256`` in larger buckets: 16 groups a block, every lane busy, 4 warps, so that
-four programs fit on an SM and hide each other's loads. Pass A gates each chunk in two half-width
-tiles: a ``[16, 64]`` fp32 tile over 4 warps gives a thread 32 contiguous bytes, copied in two
-16-byte pieces that each fetch half of every sector the warp touches, so every sector came from
-the L2 twice (``benchmarks/NOTES.md``). The same chunks and column sweeps as
-:data:`WIDE_SMALL_BUCKET`, and sums in a fixed order (:func:`~c2graph.compressor.fused_math.row_sum`;
-a chunk's pairwise sum ends by adding its two halves'), so each group's arithmetic, and every bit
-of its results, is the same in every bucket."""
-
-SMALL_BUCKET_ROWS = 4096
-
-SMALL_BUCKET_GROUPS_PER_BLOCK = SMALL_BLOCKS.groups_per_block
-"""Groups per block in small buckets: every ``tiny`` layer's, and ``dsv41``'s in buckets of at most
-:data:`SMALL_BUCKET_ROWS` rows (larger ones use 16); :func:`kernel_blocks` gives any layer's."""
-
-
-def grid_blocks(grid_rows: int, request_slots: int, groups_per_block: int) -> int:
-    """Blocks of ``groups_per_block`` groups a grid over ``grid_rows`` rows has: enough for every
-    group of any batch of those rows and request slots, and for the group number just past the last
-    (the block that parks trailing requests with no rows).
-
-    The kernel numbers a request's groups by its rows 0 and 1, 2 and 3, ..., so a request of ``n``
-    rows has at most ``(n + 1) // 2`` groups; at most ``min(grid_rows, request_slots)`` requests have
-    a row, so a batch has at most ``(grid_rows + min(grid_rows, request_slots)) // 2`` groups. A
-    static size: the grid never depends on the batch's requests, and request slots past the rows
-    (4096 slots in a bucket of 16 rows) add no block.
-    """
-    most_requests = min(grid_rows, request_slots)
-    return (grid_rows + most_requests) // (2 * groups_per_block) + 1 if grid_rows > 0 else 0
-
-
-def kernel_blocks(D: int, rows: int) -> KernelBlocks:
-    """The blocks the kernel uses for a layer of latent width ``D`` on a buffer of ``rows`` rows
-    (the bucket: a static size, so a captured graph keeps its blocks)."""
-    if D < 256:
-        return SMALL_BLOCKS
-    return WIDE_SMALL_BUCKET if rows <= SMALL_BUCKET_ROWS else WIDE_LARGE_BUCKET
-
-
-def check_kernel_sizes(D: int, index_dim: int, rope_dim: int) -> None:
-    """Raise ``ValueError`` unless the kernel's tiles fit: powers of two (``tl.arange`` needs them),
-    ``D`` and ``index_dim`` at least 16 (``tl.dot`` needs it)."""
-    for name, value, least in (("D", D, 16), ("index_dim", index_dim, 16), ("rope_dim", rope_dim, 2)):
-        if value < least or value & (value - 1):
-            raise ValueError(
-                f"Config.{name} = {value}; the fused kernel needs a power of two >= {least} "
-                "(its tiles are tl.arange ranges, and tl.dot's are at least 16 wide)"
-            )
+from .source_layer import SourceLayer, layer_tensors
 
 
 # --------------------------------------------------------------------------------------------
@@ -286,7 +176,6 @@ def compress_fused_op(projected, ring, pos, req, raw_out_loc, extend_offsets, no
                              as_int("grid_rows", grid_rows))
 
 
-@torch.library.custom_op("c2graph::compress_fused", mutates_args=("ring", "kv_cache", "index_k", "latent_out"))
 def compress_fused_custom_op(
     projected: torch.Tensor,
     ring: torch.Tensor,
@@ -306,7 +195,8 @@ def compress_fused_custom_op(
     grid_rows: int,
 ) -> None:
     """Check every argument, then launch the fused kernel once, writing ``ring``, ``kv_cache``,
-    ``index_k`` and ``latent_out`` in place.
+    ``index_k`` and ``latent_out`` in place: the op ``torch.ops.c2graph.compress_fused``, called
+    through torch's dispatcher (so dispatch-level tools see it).
 
     - ``projected``: ``[T, 2D]`` fp32, ``| kv | score |`` of every row
     - ``ring``: ``[pool_requests * ring_size + 1, 2D]`` fp32 (read, then each request's last rows parked)
@@ -325,21 +215,95 @@ def compress_fused_custom_op(
     parked outside the ring is not parked. Right results need right values: check the offsets
     first (:meth:`ExtendBatch.check <c2graph.compressor.batch.ExtendBatch.check>`).
     """
-    check_launch(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-                 kv_cache, index_k, latent_out, eps, ring_size, grid_rows)
-    launch_fused(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
-                 kv_cache, index_k, latent_out, eps, ring_size, grid_rows)
+    torch.ops.c2graph.compress_fused.default(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk,
+                                             k_norm_w, inv_freq, kv_cache, index_k, latent_out, eps, ring_size,
+                                             grid_rows)
 
 
-@compress_fused_custom_op.register_fake
+_PLANS = Passed()
+"""Launches whose arguments passed :func:`check_launch`: their key -> ``(blocks, the launch's int
+and float arguments, its constants)``, worked out once."""
+
+
+def _compress_fused_kernel(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq,
+                           kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
+    """The op's kernel on the CPU (Triton's interpreter) and on CUDA: check the arguments (once for
+    arguments of one :func:`~.arguments.fingerprint`: :class:`~.arguments.Passed`), launch, and bump
+    the version counter of each tensor written, as torch's own in-place ops do."""
+    tensors = (projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w, inv_freq, kv_cache,
+               index_k, latent_out)
+    key = fingerprint(tensors)
+    key = key and (key, eps, ring_size, grid_rows, torch.is_inference_mode_enabled())
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _checked_plan(tensors, eps, ring_size, grid_rows)
+        _PLANS.add(key, plan)
+    _launch(tensors, plan)
+
+
+def _checked_plan(tensors, eps, ring_size, grid_rows) -> tuple:
+    """:func:`check_launch` the arguments, then ``(blocks, the launch's int and float arguments, its
+    constants)`` for them."""
+    check_launch(*tensors, eps, ring_size, grid_rows)
+    num_blocks, args, constants = kernel_arguments(*tensors, eps, ring_size, grid_rows)
+    return num_blocks, args[len(tensors):], constants
+
+
+def _launch(tensors, plan) -> None:
+    """Launch the kernel on checked ``tensors`` (:func:`_checked_plan`'s ``plan``), then bump the
+    version counter of each tensor written, as torch's own in-place ops do."""
+    num_blocks, sizes, constants = plan
+    if num_blocks:
+        compress_fused_kernel[(num_blocks,)](*tensors, *sizes, **constants)
+    torch.autograd.graph.increment_version(tensors[1:2] + tensors[10:13])  # ring, kv_cache, index_k, latent_out
+
+
+def _nothing_watches() -> bool:
+    """No torch dispatch or function mode (the emulation's record, ``count_ops``, fake tensors), no
+    compile and no profiler: the op would only launch the kernel, so :func:`compress_fused` may launch
+    it itself, without the dispatcher's hop. Anything else goes through the op, which they see."""
+    return (torch._C._len_torch_dispatch_stack() == 0 and torch._C._len_torch_function_stack() == 0
+            and not torch.compiler.is_compiling() and not torch.autograd._profiler_enabled())
+
+
 def _compress_fused_fake(projected, ring, pos, req, raw_out_loc, extend_offsets, norm_w, wk, k_norm_w,
                          inv_freq, kv_cache, index_k, latent_out, eps, ring_size, grid_rows) -> None:
     return None
 
 
+# The op, defined with torch.library.Library and its kernels registered for the CPU and CUDA
+# directly: a call costs the dispatcher a few microseconds (torch.library.custom_op's wrappers
+# cost some tens more, on every call). The schema names the tensors it writes (``(a!)``...).
+_LIBRARY = torch.library.Library("c2graph", "DEF")
+_LIBRARY.define(
+    "compress_fused(Tensor projected, Tensor(a!) ring, Tensor pos, Tensor req, Tensor raw_out_loc, "
+    "Tensor extend_offsets, Tensor norm_w, Tensor wk, Tensor k_norm_w, Tensor inv_freq, Tensor(b!) kv_cache, "
+    "Tensor(c!) index_k, Tensor(d!) latent_out, float eps, int ring_size, int grid_rows) -> ()")
+for _key in ("CPU", "CUDA"):
+    _LIBRARY.impl("compress_fused", _compress_fused_kernel, _key)
+torch.library.register_fake("c2graph::compress_fused", _compress_fused_fake, lib=_LIBRARY)
+
+
 # --------------------------------------------------------------------------------------------
 # The path: a layer, a batch and its pools, one launch
 # --------------------------------------------------------------------------------------------
+
+_PATHS = Passed()
+"""Calls of :func:`compress_fused` whose layer, batch, pools and buffers passed its checks (by :func:`_path_key`)."""
+
+
+def _path_key(layer, projected, batch, pools, latent_out) -> tuple | None:
+    """Everything :func:`compress_fused`'s checks read: the tensors' fingerprints, the objects'
+    fields (Configs, sizes, the batch's requests and extents); ``None`` (check in full) for an
+    argument of another type."""
+    if type(layer) is not SourceLayer or type(batch) is not ExtendBatch or type(pools) is not Pools:
+        return None
+    tensors = fingerprint((projected, latent_out, batch.pos, batch.req, batch.raw_out_loc, batch.c2_slot,
+                           batch.extend_offsets, pools.ring, pools.kv_cache, pools.index_k,
+                           *layer_tensors(layer).values()))
+    return tensors and (tensors, layer.cfg, layer.device, layer.use_fused_gate, pools.cfg, pools.pool_requests,
+                        pools.kv_slots, batch.requests, tuple(batch.extents.items()), batch.kv_slots_needed,
+                        torch.is_inference_mode_enabled())
 
 
 def compress_fused(
@@ -367,28 +331,35 @@ def compress_fused(
     the op itself (:func:`check_launch`: shapes, dtypes, no output sharing memory with another
     tensor), before it launches; whatever their values, the kernel writes nothing outside them.
     """
-    check_layer_batch_pools(layer, batch, pools)
+    key = _path_key(layer, projected, batch, pools, latent_out)
+    plan = _PATHS.get(key)
+    if plan is None:  # checked once a key: the same facts would get the same verdict
+        check_layer_batch_pools(layer, batch, pools)
+        if not layer.use_fused_gate:
+            raise ValueError(
+                "layer.use_fused_gate is False; the fused path reads the one | kv | score | buffer of "
+                "the fused-gate projection: use compress_torch for this layer"
+            )
+        # The op takes tensors only (its schema): anything else is refused here, by name.
+        for name, t, want in (("projected", projected, "[T, 2D] fp32"), ("latent_out", latent_out, "[T, D] bf16")):
+            if (t is not None or name == "projected") and not isinstance(t, torch.Tensor):
+                raise ValueError(f"{name} is a {type(t).__name__}; expected one {want} tensor")
+        check_tensor("projected", projected, (batch.num_rows, 2 * layer.cfg.D), torch.float32, pools.device,
+                     dense=True)
+        check_latent_out(latent_out, batch.num_rows, layer.cfg.D, pools.device)
+        check_outputs(layer, pools, latent_out, {"projected": projected, "batch": batch})
     cfg = layer.cfg
-    if not layer.use_fused_gate:
-        raise ValueError(
-            "layer.use_fused_gate is False; the fused path reads the one | kv | score | buffer of "
-            "the fused-gate projection: use compress_torch for this layer"
-        )
-    # The op takes tensors only (its schema): anything else is refused here, by name.
-    for name, t, want in (("projected", projected, "[T, 2D] fp32"), ("latent_out", latent_out, "[T, D] bf16")):
-        if (t is not None or name == "projected") and not isinstance(t, torch.Tensor):
-            raise ValueError(f"{name} is a {type(t).__name__}; expected one {want} tensor")
-    check_tensor("projected", projected, (batch.num_rows, 2 * cfg.D), torch.float32, pools.device, dense=True)
-    check_latent_out(latent_out, batch.num_rows, cfg.D, pools.device)
-    check_outputs(layer, pools, latent_out, {"projected": projected, "batch": batch})
     if validate:
         batch.check(pools)
     if latent_out is None:
         latent_out = torch.full((batch.num_rows, cfg.D), float("nan"), dtype=torch.bfloat16, device=pools.device)
-    compress_fused_custom_op(  # arguments of the schema's types: no need of compress_fused_op's look at them
-        projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets,
-        layer.norm_w, layer.wk, layer.k_norm_w, layer.inv_freq,
-        pools.kv_cache, pools.index_k, latent_out,
-        cfg.eps, cfg.ring_size, batch.num_rows,
-    )
+    tensors = (projected, pools.ring, batch.pos, batch.req, batch.raw_out_loc, batch.extend_offsets, layer.norm_w,
+               layer.wk, layer.k_norm_w, layer.inv_freq, pools.kv_cache, pools.index_k, latent_out)
+    if plan is None:
+        plan = _checked_plan(tensors, cfg.eps, cfg.ring_size, batch.num_rows)  # (a new latent_out shares no memory)
+        _PATHS.add(key, plan)
+    if _nothing_watches():
+        _launch(tensors, plan)
+    else:  # through the op, which the mode, the compiler or the profiler sees
+        compress_fused_custom_op(*tensors, cfg.eps, cfg.ring_size, batch.num_rows)
     return latent_out

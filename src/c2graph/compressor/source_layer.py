@@ -220,6 +220,9 @@ def project_rows(x: torch.Tensor, w: torch.Tensor, projection: str = "exact",
 
 def check_hidden(layer: SourceLayer, x: torch.Tensor) -> None:
     """``x`` is ``[T, hidden]`` bf16 on the layer's device (and ``layer`` a :class:`SourceLayer`)."""
+    if (type(x) is torch.Tensor and type(layer) is SourceLayer and x.dtype is torch.bfloat16 and x.dim() == 2
+            and x.shape[1] == layer.cfg.hidden and x.device == layer.device and not x.requires_grad):
+        return  # the common case, in few steps
     check_type("layer", layer, SourceLayer, "a c2graph.SourceLayer")
     cfg = layer.cfg
     if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != cfg.hidden:

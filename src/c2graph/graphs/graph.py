@@ -308,6 +308,18 @@ def compiled_code_run_eagerly():
         set_eval_frame(prior)
 
 
+def _end_generator_capture() -> None:
+    """After a capture that failed: a capture CUDA invalidated (a sync inside it, say) ends without
+    torch's epilogue for the device's default generator, which then still says it is capturing,
+    and its next eager random op fails ("Offset increment outside graph capture encountered
+    unexpectedly"). An empty capture that ends well runs that epilogue; the generator's seed and
+    offset stay as they were (a capture moves only its in-graph offset)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
+        with torch.cuda.graph(torch.cuda.CUDAGraph(), stream=torch.cuda.Stream(), capture_error_mode="thread_local"):
+            pass
+
+
 class _CudaGraph:
     """``torch.cuda.CUDAGraph`` captured on its own side stream, as ``torch.cuda.graph`` does.
 
@@ -331,11 +343,15 @@ class _CudaGraph:
         # eager work (the emulation, whose refusals are this thread's, does the same).
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="The CUDA Graph is empty", category=UserWarning)
-            with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream,
-                                  capture_error_mode="thread_local"):
-                recording = contextlib.nullcontext() if labels is None else Recording(labels, stop).active()
-                with recording as record:
-                    yield record
+            try:
+                with torch.cuda.graph(self._graph, pool=self._pool, stream=self._stream,
+                                      capture_error_mode="thread_local"):
+                    recording = contextlib.nullcontext() if labels is None else Recording(labels, stop).active()
+                    with recording as record:
+                        yield record
+            except BaseException:
+                _end_generator_capture()
+                raise
         self._graph.instantiate()
 
     def replay(self) -> None:

@@ -109,9 +109,9 @@ class StaticBatch:
         if batch.num_rows > self.bucket or batch.request_slots != self.request_slots:
             raise ValueError(f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; expected "
                              f"at most {self.bucket} and exactly {self.request_slots} (pad_to and request_slots)")
-        for name in ROWS:
-            getattr(self, name)[: batch.num_rows].copy_(getattr(batch, name))
-        self.low_ratio_extend_offsets.copy_(batch.extend_offsets)
+        n = batch.num_rows
+        torch._foreach_copy_([*(getattr(self, name)[:n] for name in ROWS), self.low_ratio_extend_offsets],
+                             [*(getattr(batch, name) for name in ROWS), batch.extend_offsets])  # one call, five copies
         self._remember(batch.num_rows, batch.requests, batch.extents, batch.kv_slots_needed)
 
     def _remember(self, rows: int, requests, extents: dict, kv_slots_needed: int) -> None:
@@ -177,7 +177,7 @@ class StaticBuffers(StaticBatch):
         """Before a replay of ``rows`` rows: zero every projection buffer past the ``live`` rows and
         fill every latent row with NaN (what eager returns on rows that complete no group)."""
         for name in ("projected", "kv", "score"):
-            if self.blocks[name].numel():
+            if live < rows and self.blocks[name].numel():
                 self.blocks[name][:, live:rows].zero_()
         self.blocks["latent"][:, :rows].fill_(float("nan"))
 
