@@ -51,6 +51,8 @@ class GraphAudit:
     flags: list[Flag]
     replays: list[Replayed] = ()
     eager: list[CaptureRecord] = ()
+    unordered: str = ""
+    """The rows not compared, in words (``audit``'s ``unordered``), or ``""``."""
 
     @property
     def ok(self) -> bool:
@@ -112,6 +114,8 @@ class GraphAudit:
         words = (f"replay matched eager on {len(differed)} load(s) that differed in {', '.join(what)} "
                  f"({', '.join(compared) or 'no tensor'} compared, bit for bit)" if differed else
                  "replay matched eager, but on loads that did not differ in what the step reads")
+        if self.unordered:
+            words += f"; not compared: {self.unordered}"
         random = sorted({name for r in self.replays for name in r.random})
         if random:
             words += (f"; could not compare {', '.join(random)}: random by design (two eager calls from the same "
@@ -164,7 +168,8 @@ class GraphAudit:
 
 
 def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
-          labels: dict[str, torch.Tensor] | None = None, backend: str | None = None) -> GraphAudit:
+          labels: dict[str, torch.Tensor] | None = None, backend: str | None = None,
+          unordered: tuple[dict[str, Sequence[int]], str] | None = None) -> GraphAudit:
     """Capture ``step()`` once per batch and flag what the captures froze from the batch.
 
     ``step``: the work to capture, a callable with no arguments, reading static inputs (tensors
@@ -181,7 +186,9 @@ def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
     inside them; nothing is compiled). ``labels`` names tensors (``{"starts": starts}``) so that
     a flag can say which one an argument lies in; labelled tensors are compared too. A refused
     capture is a finding (a flag with its line), never an exception; an exception of ``load`` or
-    of the eager call goes on.
+    of the eager call goes on. ``unordered``: ``({label: rows}, why)``, rows of labelled tensors
+    that hold no defined value, which the step may write in any order (several stores to one row
+    in one launch, whose order CUDA does not fix): not compared, and the verdict says so, and why.
     """
     check_step(step, "step")
     if not isinstance(loads, (list, tuple)) or len(loads) < 2 or not all(callable(load) for load in loads):
@@ -198,7 +205,12 @@ def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
             pass
         return graph, graph.audit(), [t for t in tree_leaves(returned) if isinstance(t, torch.Tensor)]
 
-    captures, eager, replays = judge(step, loads, labels, capture)
+    skipped, why = unordered or ({}, "")
+    unknown = [name for name in skipped if name not in labels]
+    if unknown:
+        raise ValueError(f"unordered names {unknown}; expected labels of the audit (labels=)")
+    rows = {labels[name].untyped_storage().data_ptr(): set(r) for name, r in skipped.items()}
+    captures, eager, replays = judge(step, loads, labels, capture, rows)
     flags = compare_captures(captures)
     if not flags:
         named = {}  # one flag per tensor, at the first load where it differs
@@ -207,7 +219,17 @@ def audit(step: Callable[[], object], loads: Sequence[Callable[[], object]], *,
                 named.setdefault(m.tensor, explain(m, r, captures[r.replayed]))
         flags = list(named.values())
     after = tuple(f"after {_name(load, f'loads[{i}]')}" for i, load in enumerate(loads))
-    return GraphAudit(f"audit of {_name(step, 'the step')}", after, captures, flags, replays, eager)
+    words = f"{_rows_words(skipped)} ({why})" if skipped else ""
+    return GraphAudit(f"audit of {_name(step, 'the step')}", after, captures, flags, replays, eager, words)
+
+
+def _rows_words(skipped: dict[str, Sequence[int]]) -> str:
+    """``"row 0 of kv_cache[layer 1], index_k[layer 1]"``: the rows not compared, grouped by rows."""
+    by_rows: dict[tuple, list[str]] = {}
+    for name, rows in skipped.items():
+        by_rows.setdefault(tuple(sorted(rows)), []).append(name)
+    return "; ".join(f"row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))} of {', '.join(names)}"
+                     for rows, names in by_rows.items())
 
 
 def audit_capture(fn: Callable[[], object], labels: dict[str, torch.Tensor] | None = None, *,

@@ -247,12 +247,14 @@ class Replayed:
     threads: tuple[tuple[str, str], ...] = ()
 
 
-def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], capture) -> tuple[list, list, list]:
+def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], capture,
+          unordered: dict[int, set[int]] | None = None) -> tuple[list, list, list]:
     """Per load: ``load()``, an eager call (observed: its record, kept before it writes), and for
     a load past the first a second one; ``capture()`` (returns ``(graph, record, returned)``); and
     for a load past the first a replay of the graph of the load before, compared with the first
     eager call. Returns the captures' records, the eager calls' records and the :class:`Replayed`.
-    Every tensor written is given back the bytes the load left it."""
+    Every tensor written is given back the bytes the load left it. ``unordered``: rows not
+    compared, by tensor (its storage's address)."""
     tensors = {_key(t): t for t in labels.values()}
     names = {_key(t): name for name, t in labels.items()}
     captures, eagers, judged, inputs, graphs, graphs_records = [], [], [], {}, [], []
@@ -298,7 +300,8 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
                 written |= {k for k, t in replayed.items()
                             if k in saved.kept and not _equal(t, saved.kept[k][1], tensors[k])}
                 differed = [names.get(k, "?") for k in now if k in inputs and differing_rows(now[k], inputs[k])]
-                judged.append(_compare(i, after, replayed, returned, outs, written, names, varied, differed, first))
+                judged.append(_compare(i, after, replayed, returned, outs, written, names, varied, differed, first,
+                                       unordered or {}))
             inputs = now
             graphs.append((graph, captured_out))
             graphs_records.append(record)
@@ -308,7 +311,8 @@ def judge(step: Callable[[], object], loads, labels: dict[str, torch.Tensor], ca
     return captures, eagers, judged
 
 
-def _compare(i, eager, replay, eager_out, replay_out, written, names, varied, differed_in, first) -> Replayed:
+def _compare(i, eager, replay, eager_out, replay_out, written, names, varied, differed_in, first,
+             unordered) -> Replayed:
     """Every tensor, compared; ``compared`` names those the eager call or the replay wrote."""
     mismatches, compared = [], []
     for key, e in eager.items():
@@ -316,7 +320,7 @@ def _compare(i, eager, replay, eager_out, replay_out, written, names, varied, di
             continue
         if key in written:
             compared.append(names.get(key, "?"))
-        rows = differing_rows(e, replay[key])
+        rows = [r for r in differing_rows(e, replay[key]) if r not in unordered.get(key, ())]
         if rows:
             mismatches.append(Mismatch(names.get(key, "?"), rows_text(rows, e),
                                        *first_difference(e, replay[key], rows[0]), key))

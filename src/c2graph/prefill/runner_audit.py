@@ -66,9 +66,19 @@ def _audit(runner, bucket: int, labels) -> GraphAudit:
              f"then {bucket - batch.live_rows} padding rows")
     name = type(runner).__name__ + (f" ({runner.variant})" if hasattr(runner, "variant") else "")
     title = f"audit of {name}, bucket {bucket}, {len(runner.layers)} layer(s): {runner.path} path"
+    trash = {name: (0,) for i, path in enumerate(runner.paths) if path == "torch"
+             for name in (_label("kv_cache", i, runner), _label("index_k", i, runner))}
+    unordered = (trash, "the pools' reserved slot 0, where the torch path sends the stores of every row that "
+                 "completes no group, many in one launch, in an order CUDA does not fix") if trash else None
     found = audit(lambda: runner.step(bucket), [lambda: runner.load_capture_batch(bucket),
-                                                lambda: runner.refresh(batch, xs)], labels=labels)
+                                                lambda: runner.refresh(batch, xs)], labels=labels,
+                  unordered=unordered)
     return replace(found, title=title, loads=loads)
+
+
+def _label(name: str, i: int, runner) -> str:
+    """The label :func:`runner_labels` gives tensor ``name`` of layer ``i``."""
+    return f"{name}[layer {i}]" if len(runner.layers) > 1 else name
 
 
 def runner_labels(runner) -> dict[str, torch.Tensor]:
