@@ -11,7 +11,9 @@ time, from the call until the GPU is done. Measured, for the ``dsv41`` preset:
 - ``ExtendBatch.build`` of that batch (the allocator's pages and the batch's checks: part of a step);
 - ``runner.run`` on the served preset (``model_preset("dsv41")``: 18 layers, every third without the
   fused gate) at bucket 2048, with each source projection (``"exact"``, float64; ``"engine"``, a
-  bf16 GEMM with fp32 output), host time and the step's total;
+  bf16 GEMM with fp32 output), host time and the step's total; and the same step on a batch built
+  beforehand (``runner.refresh`` then the replay), as an engine's scheduler builds the next
+  batch while the GPU runs the step before;
 - the seconds to build a one-layer runner with 4096 request slots (its capture compiles the
   kernel for them).
 
@@ -126,6 +128,12 @@ def _runner_rows(preset: str, bucket: int, requests: int, rows_each: int, reps: 
         host, total = host_us(lambda: runner.run(reqs, alloc, xs), reps, device, between=free)
         out.append(dict(what=f"runner.run, {len(layers)} layers, projection={projection!r}", host_us=host,
                         total_us=total))
+        # the step without the build: an engine's scheduler builds the next batch while the GPU runs this one
+        batch = ExtendBatch.build(reqs, alloc, request_slots=requests, pad_to=bucket, device=device)
+        graph = runner.graphs[bucket]
+        host, total = host_us(lambda: (runner.refresh(batch, xs, validate=False), graph.replay()), reps, device)
+        out.append(dict(what="  of which refresh + replay, the batch built before", host_us=host, total_us=total))
+        free()
         del runner, pools
     return out
 
@@ -166,4 +174,12 @@ def host_cost_table(data: dict) -> str:
         total = f"{r['total_us']:26.1f}" if r["total_us"] is not None else f"{'':26}"
         lines.append(f"{r['what']:58} {r['host_us']:9.1f} {total}")
     lines.append(f"build a runner with {MANY_SLOTS} request slots: {data['build_s_request_slots_4096']:.1f} s")
+    host = {r["what"]: r["host_us"] for r in data["records"]}
+    launch = host.get("the fused kernel launched directly")
+    for what in ("compress_fused, validate=False", "compress_fused, validate=True"):
+        if launch and what in host:
+            lines.append(f"{what}: {host[what] / launch:.1f}x the host time of its kernel launched directly")
+    for r in data["records"]:
+        if r["what"].startswith("runner.run") and r["total_us"]:
+            lines.append(f"{r['what']}: the host busy {100 * r['host_us'] / r['total_us']:.0f}% of the step")
     return "\n".join(lines)
