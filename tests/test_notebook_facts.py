@@ -743,10 +743,10 @@ def test_the_design_page_states_the_presets_blocks_and_rooms_as_they_are():
 
 
 def test_the_kernel_blocks_docstrings_state_their_blocks():
-    """The docstrings beside ``fused.py``'s block constants say their groups, warps and pipelines."""
+    """The docstrings beside ``fused_blocks.py``'s block constants say their groups, warps and pipelines."""
     from c2graph.compressor import fused
 
-    tree = ast.parse((ROOT / "src" / "c2graph" / "compressor" / "fused.py").read_text())
+    tree = ast.parse((ROOT / "src" / "c2graph" / "compressor" / "fused_blocks.py").read_text())
     body = tree.body
     docs = {node.targets[0].id: " ".join(after.value.value.split()) for node, after in zip(body, body[1:])
             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
