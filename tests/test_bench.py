@@ -372,12 +372,14 @@ BUILT_BEFORE = "  of which refresh + replay, the batch built before"
 
 def assert_host_cost(data: dict, layers: int) -> None:
     """The host-cost file's fields: every call measured once, host times positive, a step's total
-    (until the GPU is done) no shorter than its host time."""
+    (until the GPU is done) no shorter than its host time. A file of the schema's first version
+    (stored before the step on a batch built beforehand was timed) has no such rows."""
     from c2graph.measure import bench_host
 
-    assert data["schema"] == bench_host.SCHEMA
+    assert data["schema"] in (bench_host.SCHEMA, "c2graph-host-cost/1")
     whats = [r["what"] for r in data["records"]]
-    steps = [(f"runner.run, {layers} layers, projection={p!r}", BUILT_BEFORE) for p in ("exact", "engine")]
+    built_before = (BUILT_BEFORE,) if data["schema"] == bench_host.SCHEMA else ()  # version 1 had no such row
+    steps = [(f"runner.run, {layers} layers, projection={p!r}", *built_before) for p in ("exact", "engine")]
     assert whats == [*HOST_COST_CALLS, *(what for step in steps for what in step)]
     for r in data["records"]:
         assert r["host_us"] > 0

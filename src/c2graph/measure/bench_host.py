@@ -42,7 +42,8 @@ from ..compressor.req_to_token import ReqToTokenPool
 from ..compressor.source_layer import PROJECTIONS, SourceLayer
 from ..prefill.runner import PrefillGraphRunner
 
-SCHEMA = "c2graph-host-cost/1"
+SCHEMA = "c2graph-host-cost/2"
+"""Version 2 added, after each ``runner.run``, the same step on a batch built beforehand (version 1 had none)."""
 BUCKET, REQUESTS, ROWS_EACH = 2048, 16, 128
 """The served step: bucket 2048, 16 requests of 128 rows (no padding)."""
 SMOKE = (16, 4, 4)
