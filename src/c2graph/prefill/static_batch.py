@@ -110,8 +110,8 @@ class StaticBatch:
             raise ValueError(f"batch has {batch.num_rows} rows and {batch.request_slots} request slots; expected "
                              f"at most {self.bucket} and exactly {self.request_slots} (pad_to and request_slots)")
         n = batch.num_rows
-        torch._foreach_copy_([*(getattr(self, name)[:n] for name in ROWS), self.low_ratio_extend_offsets],
-                             [*(getattr(batch, name) for name in ROWS), batch.extend_offsets])  # one call, five copies
+        torch._foreach_copy_([getattr(self, name)[:n] for name in ROWS], [getattr(batch, name) for name in ROWS])
+        self.low_ratio_extend_offsets.copy_(batch.extend_offsets)
         self._remember(batch.num_rows, batch.requests, batch.extents, batch.kv_slots_needed)
 
     def _remember(self, rows: int, requests, extents: dict, kv_slots_needed: int) -> None:
