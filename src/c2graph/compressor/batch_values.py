@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from .arguments import as_int
+from .extend_offsets import offset_rows
 
 
 class Request(NamedTuple):
@@ -96,11 +97,7 @@ def rows_on_device(rows, lens: list[int], slots: int, num_rows: int, dev: torch.
     table[0, :live], table[1, :live], table[2, :live] = pos, req, raw
     # c2_slot: raw_out_loc // 2 on group rows (odd pos); 0 elsewhere (a padding row's raw_out_loc is 0)
     np.multiply(raw >> 1, pos & 1, out=table[3, :live])
-    offsets = stage[4 * num_rows:].view(np.int32).reshape(2, slots)  # as build_extend_offsets makes them
-    offsets[0, : len(lens)] = np.cumsum(lens) - lens
-    offsets[0, len(lens):] = live
-    offsets[1, : len(lens)] = lens
-    offsets[1, len(lens):] = 0
+    stage[4 * num_rows:].view(np.int32).reshape(2, slots)[:] = offset_rows(lens, slots)
     host = torch.from_numpy(stage)
     if dev.type == "cuda":  # from pinned memory the copy is queued, and the call returns at once
         host = torch.empty(host.shape, dtype=host.dtype, pin_memory=True).copy_(host).to(dev, non_blocking=True)

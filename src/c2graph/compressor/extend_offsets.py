@@ -25,17 +25,21 @@ def build_extend_offsets(counts: Sequence[int], request_slots: int, device=None)
             f"the batch has {len(counts)} requests but request_slots = {request_slots}; "
             "expected at most one request per slot"
         )
+    if sum(counts) >= 2**31:
+        raise ValueError(f"counts add up to {sum(counts)} rows; expected fewer than 2**31 (the offsets are int32)")
+    offsets = torch.tensor(offset_rows(counts, request_slots), dtype=torch.int32)
+    return offsets.to(device) if device is not None else offsets
+
+
+def offset_rows(counts: Sequence[int], request_slots: int) -> tuple[list[int], list[int]]:
+    """The two rows of the offsets of checked ``counts`` (ints >= 0, at most ``request_slots`` of
+    them): each slot's first row (the live rows' count past the batch) and its row count (0 there)."""
     starts, total = [], 0
     for c in counts:
         starts.append(total)
         total += c
-    if total >= 2**31:
-        raise ValueError(f"counts add up to {total} rows; expected fewer than 2**31 (the offsets are int32)")
     pad = request_slots - len(counts)
-    offsets = torch.tensor(
-        [starts + [total] * pad, counts + [0] * pad], dtype=torch.int32
-    )
-    return offsets.to(device) if device is not None else offsets
+    return starts + [total] * pad, list(counts) + [0] * pad
 
 
 def check_extend_offsets(offsets: torch.Tensor, num_rows: int) -> tuple[list[int], list[int]]:

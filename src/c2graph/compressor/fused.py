@@ -30,8 +30,6 @@ Entry points:
 
 from __future__ import annotations
 
-import operator
-
 import torch
 import triton
 
@@ -48,7 +46,7 @@ from .fused_blocks import (  # noqa: F401  (the blocks, imported from here too)
 )
 from .fused_kernel import compress_fused_kernel
 from .pools import Pools
-from .source_layer import COMPRESSOR_WEIGHTS, SourceLayer
+from .source_layer import SourceLayer, layer_tensors
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,10 +292,6 @@ _PATHS = Passed()
 """Calls of :func:`compress_fused` whose layer, batch, pools and buffers passed its checks (by :func:`_path_key`)."""
 
 
-_layer_tensors = operator.attrgetter("wkv", "wgate", *COMPRESSOR_WEIGHTS)
-"""A layer's tensors (:func:`~.source_layer.layer_tensors`, but for the derived ``wkv_gate``), in one call."""
-
-
 def _path_key(layer, projected, batch, pools, latent_out) -> tuple | None:
     """Everything :func:`compress_fused`'s checks read: the tensors' fingerprints, the objects'
     fields (Configs, sizes, the batch's requests and extents); ``None`` (check in full) for an
@@ -305,8 +299,8 @@ def _path_key(layer, projected, batch, pools, latent_out) -> tuple | None:
     if type(layer) is not SourceLayer or type(batch) is not ExtendBatch or type(pools) is not Pools:
         return None
     tensors = fingerprint((projected, latent_out, batch.pos, batch.req, batch.raw_out_loc, batch.c2_slot,
-                           batch.extend_offsets, pools.ring, pools.kv_cache, pools.index_k, *_layer_tensors(layer),
-                           layer._derived[4] if layer._derived else None))
+                           batch.extend_offsets, pools.ring, pools.kv_cache, pools.index_k,
+                           *layer_tensors(layer).values()))
     return tensors and (tensors, layer.cfg, layer.device, layer.use_fused_gate, pools.cfg, pools.pool_requests,
                         pools.kv_slots, batch.requests, tuple(batch.extents.items()), batch.kv_slots_needed,
                         torch.is_inference_mode_enabled())

@@ -18,20 +18,18 @@ from .config import Config
 
 
 class Pages(NamedTuple):
-    """What :meth:`ReqToTokenPool.pages_for` worked out: each request's ``raw_out_loc`` (``[extend_len]``
-    int64, on the host), the table and free list after giving the pages, the smallest and largest
-    location (``(0, -1)`` for no token), the largest at an odd position (-1 for none), the
-    allocator's state they were worked out from (:meth:`ReqToTokenPool.take` refuses them once it
-    changed), and the rows of all the requests (``rows``)."""
+    """What :meth:`ReqToTokenPool.pages_for` worked out: every row of the requests, in order
+    (``rows``: ``(pos, req, raw_out_loc)``, ``[live]`` int64 numpy arrays, on the host), the table and
+    free list after giving the pages, the smallest and largest location (``(0, -1)`` for no token),
+    the largest at an odd position (-1 for none), and the allocator's state they were worked out
+    from (:meth:`ReqToTokenPool.take` refuses them once it changed)."""
 
-    locations: list[torch.Tensor]
+    rows: tuple
     table: torch.Tensor
     free: list[int]
     extent: tuple[int, int]
     odd_max: int
     state: object = None
-    rows: tuple | None = None
-    """Every row of the requests, in order: ``(pos, req, raw_out_loc)``, ``[live]`` int64 numpy arrays."""
 
 
 class ReqToTokenPool:
@@ -131,7 +129,7 @@ class ReqToTokenPool:
             pages = self.pages_for(requests)
             if commit:
                 self.take(pages)
-        return pages.locations
+        return list(torch.from_numpy(pages.rows[2]).split([r[2] for r in requests]))
 
     def pages_for(self, requests) -> "Pages":
         """The pages ``requests`` (checked ones: :meth:`check_request`) would get, worked out on a copy
@@ -175,8 +173,7 @@ class ReqToTokenPool:
             lo, hi, odd_max = int(every.min()), int(every.max()), int(odd.max()) if odd.size else -1
         else:
             lo, hi, odd_max = 0, -1, -1
-        return Pages(list(torch.from_numpy(every).split(lens.tolist())), table, free, (lo, hi), odd_max, state,
-                     (pos, req, every))
+        return Pages((pos, req, every), table, free, (lo, hi), odd_max, state)
 
     def take(self, pages: "Pages") -> None:
         """Give the pages :meth:`pages_for` worked out: ``ValueError``, and nothing given, when the
